@@ -1,0 +1,72 @@
+"""Attention, from alignment to Transformers: graded reference implementations.
+
+Shape names used in every docstring and shape comment:
+
+- ``B``  batch size
+- ``T``  query (target) length
+- ``S``  key/value (source) length
+- ``D``  model width, ``d_model``
+- ``H``  number of heads, ``num_heads``
+- ``Dh`` width of one head, ``D / H``
+- ``F``  hidden width of the feed-forward network, ``d_ff``
+
+Masks are boolean with **True = may attend**, broadcastable to ``(B, H, T, S)``
+(the convention of ``F.scaled_dot_product_attention``); float masks are
+additive. Nothing here chooses a device: modules follow their inputs.
+"""
+
+from .attention import (
+    AdditiveAttention,
+    hard_argmax,
+    masked_softmax,
+    scaled_dot_product_attention,
+    set_attention,
+    soft_argmax,
+)
+from .device import get_device, seed_everything
+from .ffn import PositionwiseFeedForward
+from .interop import copy_weights_from_torch
+from .masking import causal_mask, padding_mask, to_additive_mask, to_torch_mha_mask
+from .multihead import MultiHeadAttention, merge_heads, split_heads
+from .norms import BatchNorm1d, LayerNorm
+from .positional import (
+    LearnedPositionalEmbedding,
+    PositionalEncoding,
+    sinusoidal_positional_encoding,
+)
+from .tiled import tiled_attention
+from .transformer import Decoder, DecoderLayer, Encoder, EncoderLayer, Transformer, greedy_decode
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AdditiveAttention",
+    "BatchNorm1d",
+    "Decoder",
+    "DecoderLayer",
+    "Encoder",
+    "EncoderLayer",
+    "LayerNorm",
+    "LearnedPositionalEmbedding",
+    "MultiHeadAttention",
+    "PositionalEncoding",
+    "PositionwiseFeedForward",
+    "Transformer",
+    "causal_mask",
+    "copy_weights_from_torch",
+    "get_device",
+    "greedy_decode",
+    "hard_argmax",
+    "masked_softmax",
+    "merge_heads",
+    "padding_mask",
+    "scaled_dot_product_attention",
+    "seed_everything",
+    "set_attention",
+    "sinusoidal_positional_encoding",
+    "soft_argmax",
+    "split_heads",
+    "tiled_attention",
+    "to_additive_mask",
+    "to_torch_mha_mask",
+]

@@ -1,0 +1,9 @@
+"""Toy tasks generated in memory (nothing is ever downloaded).
+
+Each task lives in its own module; import it from there, e.g.
+``from attention_course.data.sequences import make_sequence_task``.
+"""
+
+from .sequences import BOS, EOS, FIRST_SYMBOL, PAD, SequenceTask, make_sequence_task
+
+__all__ = ["BOS", "EOS", "FIRST_SYMBOL", "PAD", "SequenceTask", "make_sequence_task"]

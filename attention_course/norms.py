@@ -1,0 +1,154 @@
+"""Normalisation from scratch: LayerNorm (per token) and BatchNorm (per feature).
+
+Both compute ``(x - mean) / sqrt(var + eps) * weight + bias`` with the *biased*
+variance (divide by N). They differ in which axes the mean and variance are
+taken over:
+
+- LayerNorm: over the last ``len(normalized_shape)`` axes of each sample, so a
+  token's output never depends on other tokens or on the batch;
+- BatchNorm1d: over the batch (and length) axes for each channel, with running
+  estimates for evaluation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from ._validate import check_positive_int, require_float, shape_str
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+class LayerNorm(nn.Module):
+    """Layer normalisation (Ba et al., 2016). Matches ``nn.LayerNorm``.
+
+    .. math:: y = \\frac{x - \\mathrm{E}[x]}{\\sqrt{\\mathrm{Var}[x] + \\epsilon}} \\gamma + \\beta
+
+    Mean and biased variance are taken over the trailing ``normalized_shape``
+    axes; ``weight`` (gamma) and ``bias`` (beta) have shape ``normalized_shape``
+    and the same ``state_dict`` keys as ``nn.LayerNorm``. The same computation
+    runs in training and evaluation. (The Annotated Transformer's LayerNorm
+    uses the unbiased std and adds eps outside the root; this one does not.)
+
+    Shapes:
+        x: ``(*, *normalized_shape)``; returns the same shape.
+    """
+
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+    ) -> None:
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        normalized_shape = tuple(normalized_shape)
+        if not normalized_shape:
+            raise ValueError("normalized_shape: got (), expected at least one dimension")
+        for size in normalized_shape:
+            check_positive_int("normalized_shape", size)
+        self.normalized_shape = normalized_shape
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.ones(normalized_shape))
+            self.bias = nn.Parameter(torch.zeros(normalized_shape))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        require_float("x", x)
+        n = len(self.normalized_shape)
+        if x.dim() < n or tuple(x.shape[x.dim() - n :]) != self.normalized_shape:
+            raise ValueError(
+                f"x: got shape {shape_str(x.shape)}, expected trailing dimensions "
+                f"{shape_str(self.normalized_shape)} (normalized_shape)"
+            )
+        dtype = x.dtype
+        if dtype in _LOW_PRECISION:
+            x = x.float()  # accumulate statistics in float32, as PyTorch does
+        dims = tuple(range(-n, 0))  # the normalised axes, e.g. (-1,) or (-3, -2, -1)
+        mean = x.mean(dim=dims, keepdim=True)  # (*, 1, ..., 1)
+        var = ((x - mean) ** 2).mean(dim=dims, keepdim=True)  # biased: divide by N
+        y = (x - mean) / torch.sqrt(var + self.eps)  # eps inside the square root
+        if self.elementwise_affine:
+            y = y * self.weight + self.bias
+        return y.to(dtype)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        )
+
+
+class BatchNorm1d(nn.Module):
+    """Batch normalisation (Ioffe & Szegedy, 2015). Matches ``nn.BatchNorm1d``.
+
+    Training: normalise each channel with the batch mean and *biased* variance,
+    and update the running estimates
+    ``running = (1 - momentum) * running + momentum * batch_statistic`` — with
+    the *unbiased* variance for ``running_var``, as PyTorch does. ``momentum=None``
+    gives a cumulative average. Evaluation: normalise with the running
+    estimates, so the output no longer depends on the rest of the batch.
+
+    ``weight``, ``bias`` and the buffers ``running_mean``, ``running_var``,
+    ``num_batches_tracked`` have the same names as in ``nn.BatchNorm1d``.
+
+    Shapes:
+        x: ``(B, C)`` or ``(B, C, L)``; statistics over ``B`` (and ``L``);
+        returns the same shape.
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1):
+        super().__init__()
+        check_positive_int("num_features", num_features)
+        if momentum is not None and not 0.0 <= momentum <= 1.0:
+            raise ValueError(f"momentum: got {momentum!r}, expected a float in [0, 1] or None")
+        self.num_features = num_features
+        self.eps = eps
+        self.momentum = momentum
+        self.weight = nn.Parameter(torch.ones(num_features))
+        self.bias = nn.Parameter(torch.zeros(num_features))
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        require_float("x", x)
+        C = self.num_features
+        if x.dim() not in (2, 3) or x.shape[1] != C:
+            raise ValueError(
+                f"x: got shape {shape_str(x.shape)}, expected (B, {C}) or (B, {C}, L) "
+                f"with num_features={C} channels in dimension 1"
+            )
+        dims = (0,) if x.dim() == 2 else (0, 2)  # every axis except the channels
+        shape = (1, C) if x.dim() == 2 else (1, C, 1)  # to broadcast per-channel values
+        n = x.numel() // C  # values per channel in this batch
+        if self.training and n <= 1:
+            raise ValueError(
+                f"x: got shape {shape_str(x.shape)}, expected more than 1 value per channel "
+                f"when training (a variance needs at least two values)"
+            )
+        if self.training:
+            mean = x.mean(dim=dims)  # (C,)
+            var = ((x - mean.view(shape)) ** 2).mean(dim=dims)  # biased, used to normalise
+            with torch.no_grad():
+                self.num_batches_tracked += 1
+                m = self.momentum
+                if m is None:
+                    m = 1.0 / float(self.num_batches_tracked)  # cumulative moving average
+                unbiased = var * n / (n - 1)  # the running estimate uses N - 1
+                self.running_mean.mul_(1 - m).add_(m * mean)
+                self.running_var.mul_(1 - m).add_(m * unbiased)
+        else:
+            mean, var = self.running_mean, self.running_var
+        y = (x - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps)
+        return y * self.weight.view(shape) + self.bias.view(shape)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"

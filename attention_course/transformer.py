@@ -1,0 +1,434 @@
+"""The encoder-decoder Transformer (Vaswani et al., 2017), built from the
+course's own pieces: :class:`MultiHeadAttention`, :class:`PositionwiseFeedForward`,
+:class:`LayerNorm` and :class:`PositionalEncoding`.
+
+Post-norm (``norm_first=False``, the paper): ``x = LayerNorm(x + Sublayer(x))``.
+Pre-norm (``norm_first=True``): ``x = x + Sublayer(LayerNorm(x))``, with a final
+LayerNorm after the stack; it trains more easily when deep.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ._validate import check_positive_int, check_probability, require_ndim, shape_str
+from .ffn import PositionwiseFeedForward
+from .masking import causal_mask
+from .multihead import MultiHeadAttention
+from .norms import LayerNorm
+from .positional import PositionalEncoding
+
+
+class EncoderLayer(nn.Module):
+    """One encoder layer: self-attention, Add & Norm, feed-forward, Add & Norm.
+
+    Matches ``nn.TransformerEncoderLayer(d_model, num_heads, d_ff, dropout,
+    batch_first=True, norm_first=norm_first)`` with copied weights (mask
+    convention aside: here True = may attend).
+
+    Shapes:
+        x: ``(B, T, D)``; mask: broadcastable to ``(B, H, T, T)``; returns ``(B, T, D)``
+        (and the self-attention weights ``(B, H, T, T)`` if ``return_attention``).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+    ) -> None:
+        super().__init__()
+        check_probability("dropout", dropout)
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout=dropout)
+        self.norm1 = LayerNorm(d_model)
+        self.norm2 = LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def _self_attention(self, x, mask, need_weights):
+        out, weights = self.self_attn(x, x, x, mask=mask, need_weights=need_weights)
+        return self.dropout1(out), weights
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, return_attention: bool = False
+    ):
+        if self.norm_first:
+            h, weights = self._self_attention(self.norm1(x), mask, return_attention)
+            x = x + h
+            x = x + self.dropout2(self.ffn(self.norm2(x)))
+        else:
+            h, weights = self._self_attention(x, mask, return_attention)
+            x = self.norm1(x + h)  # Add & Norm
+            x = self.norm2(x + self.dropout2(self.ffn(x)))  # Add & Norm
+        return (x, weights) if return_attention else x
+
+
+class DecoderLayer(nn.Module):
+    """One decoder layer: masked self-attention, cross-attention, feed-forward.
+
+    Cross-attention takes its **queries from the decoder** (the sequence being
+    generated) and its **keys and values from the encoder output** ``memory``:
+    each target position asks "which source positions matter to me?". (Some
+    write-ups reverse this; it is wrong: the output length would then be the
+    source length.)
+
+    Matches ``nn.TransformerDecoderLayer(..., batch_first=True,
+    norm_first=norm_first)`` with copied weights (``multihead_attn`` there is
+    ``cross_attn`` here).
+
+    Shapes:
+        x: ``(B, T, D)``; memory: ``(B, S, D)``; tgt_mask: broadcastable to
+        ``(B, H, T, T)``; memory_mask: broadcastable to ``(B, H, T, S)``.
+        returns ``(B, T, D)`` (and ``{"self": (B, H, T, T), "cross": (B, H, T, S)}``
+        if ``return_attention``).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+    ) -> None:
+        super().__init__()
+        check_probability("dropout", dropout)
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout=dropout)
+        self.norm1 = LayerNorm(d_model)
+        self.norm2 = LayerNorm(d_model)
+        self.norm3 = LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+
+    def _self_attention(self, x, mask, need_weights):
+        out, weights = self.self_attn(x, x, x, mask=mask, need_weights=need_weights)
+        return self.dropout1(out), weights
+
+    def _cross_attention(self, x, memory, mask, need_weights):
+        # queries from the decoder (x), keys and values from the encoder (memory)
+        out, weights = self.cross_attn(x, memory, memory, mask=mask, need_weights=need_weights)
+        return self.dropout2(out), weights
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        return_attention: bool = False,
+    ):
+        if self.norm_first:
+            h, self_w = self._self_attention(self.norm1(x), tgt_mask, return_attention)
+            x = x + h
+            h, cross_w = self._cross_attention(self.norm2(x), memory, memory_mask, return_attention)
+            x = x + h
+            x = x + self.dropout3(self.ffn(self.norm3(x)))
+        else:
+            h, self_w = self._self_attention(x, tgt_mask, return_attention)
+            x = self.norm1(x + h)
+            h, cross_w = self._cross_attention(x, memory, memory_mask, return_attention)
+            x = self.norm2(x + h)
+            x = self.norm3(x + self.dropout3(self.ffn(x)))
+        if return_attention:
+            return x, {"self": self_w, "cross": cross_w}
+        return x
+
+
+class Encoder(nn.Module):
+    """A stack of ``num_layers`` :class:`EncoderLayer` (final LayerNorm when pre-norm).
+
+    Matches ``nn.TransformerEncoder`` (with ``norm=nn.LayerNorm(d_model)`` when
+    ``norm_first``). The layers are built in a loop, not deep-copied.
+
+    Shapes:
+        x: ``(B, S, D)``; mask: broadcastable to ``(B, H, S, S)``; returns ``(B, S, D)``.
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+    ) -> None:
+        super().__init__()
+        check_positive_int("num_layers", num_layers)
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_layers)
+        )
+        self.norm = LayerNorm(d_model) if norm_first else None
+
+    def forward(self, x, mask=None, return_attention: bool = False):
+        weights = []
+        for layer in self.layers:
+            if return_attention:
+                x, w = layer(x, mask, return_attention=True)
+                weights.append(w)
+            else:
+                x = layer(x, mask)
+        if self.norm is not None:
+            x = self.norm(x)
+        return (x, weights) if return_attention else x
+
+
+class Decoder(nn.Module):
+    """A stack of ``num_layers`` :class:`DecoderLayer` (final LayerNorm when pre-norm).
+
+    Matches ``nn.TransformerDecoder``.
+
+    Shapes:
+        x: ``(B, T, D)``; memory: ``(B, S, D)``; returns ``(B, T, D)``.
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+    ) -> None:
+        super().__init__()
+        check_positive_int("num_layers", num_layers)
+        self.layers = nn.ModuleList(
+            DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_layers)
+        )
+        self.norm = LayerNorm(d_model) if norm_first else None
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None, return_attention: bool = False):
+        weights = []
+        for layer in self.layers:
+            if return_attention:
+                x, w = layer(x, memory, tgt_mask, memory_mask, return_attention=True)
+                weights.append(w)
+            else:
+                x = layer(x, memory, tgt_mask, memory_mask)
+        if self.norm is not None:
+            x = self.norm(x)
+        return (x, weights) if return_attention else x
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer for sequence-to-sequence tasks.
+
+    ``src`` tokens -> embedding * sqrt(d_model) + positional encoding -> encoder
+    -> ``memory``; ``tgt`` tokens (shifted right, starting with BOS) -> embedding
+    -> decoder (masked self-attention, cross-attention to ``memory``) -> linear
+    layer -> logits over the target vocabulary. Trained with cross-entropy on
+    the next token (teacher forcing); decoded with :func:`greedy_decode`.
+
+    ``forward`` builds the masks itself: the causal mask for the decoder's
+    self-attention and, when ``pad_id`` is set, padding masks for the source
+    keys (encoder self-attention and cross-attention) and target keys.
+
+    Compared with ``nn.Transformer`` (which has no embeddings, positions or
+    output layer), the encoder/decoder stacks have the same parameter count.
+
+    Shapes:
+        src: ``(B, S)`` token ids; tgt: ``(B, T)`` token ids;
+        returns logits ``(B, T, tgt_vocab_size)``.
+    """
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        d_model: int = 512,
+        num_heads: int = 8,
+        num_encoder_layers: int = 6,
+        num_decoder_layers: int = 6,
+        d_ff: int = 2048,
+        dropout: float = 0.1,
+        max_len: int = 5000,
+        norm_first: bool = False,
+        pad_id: int | None = None,
+    ) -> None:
+        super().__init__()
+        check_positive_int("src_vocab_size", src_vocab_size)
+        check_positive_int("tgt_vocab_size", tgt_vocab_size)
+        check_positive_int("max_len", max_len)
+        if pad_id is not None and not (
+            isinstance(pad_id, int) and 0 <= pad_id < min(src_vocab_size, tgt_vocab_size)
+        ):
+            raise ValueError(
+                f"pad_id: got {pad_id!r}, expected None or an int in [0, "
+                f"{min(src_vocab_size, tgt_vocab_size)}) (a token id in both vocabularies)"
+            )
+        self.d_model = d_model
+        self.max_len = max_len
+        self.pad_id = pad_id
+        self.src_vocab_size = src_vocab_size
+        self.tgt_vocab_size = tgt_vocab_size
+        self.src_embedding = nn.Embedding(src_vocab_size, d_model)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, d_model)
+        self.positional = PositionalEncoding(d_model, max_len, dropout)
+        self.encoder = Encoder(num_encoder_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.decoder = Decoder(num_decoder_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.output_layer = nn.Linear(d_model, tgt_vocab_size)
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        # Xavier-uniform for every weight matrix, as nn.Transformer does.
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    # --- validation -----------------------------------------------------------------
+    def _check_tokens(self, name: str, tokens: object, vocab_size: int) -> None:
+        if not isinstance(tokens, torch.Tensor):
+            raise ValueError(f"{name}: got {type(tokens).__name__}, expected a LongTensor (B, L)")
+        require_ndim(name, tokens, (2,), "(B, L) token ids")
+        if tokens.dtype not in (torch.long, torch.int, torch.int16, torch.int8, torch.uint8):
+            raise ValueError(f"{name}: got dtype {tokens.dtype}, expected integer token ids")
+        if tokens.shape[1] == 0 or tokens.shape[1] > self.max_len:
+            raise ValueError(
+                f"{name}: got length {tokens.shape[1]}, expected 1 to max_len={self.max_len} tokens"
+            )
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+            raise ValueError(
+                f"{name}: got token ids in [{int(tokens.min())}, {int(tokens.max())}], "
+                f"expected ids in [0, {vocab_size - 1}] (vocabulary size {vocab_size})"
+            )
+
+    # --- masks ----------------------------------------------------------------------
+    def source_mask(self, src: torch.Tensor) -> torch.Tensor | None:
+        """Key-padding mask for the source, ``(B, 1, 1, S)``, or None without ``pad_id``."""
+        if self.pad_id is None:
+            return None
+        return (src != self.pad_id)[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
+
+    def target_mask(self, tgt: torch.Tensor) -> torch.Tensor:
+        """Causal mask, combined with target key padding when ``pad_id`` is set.
+
+        Shapes: returns ``(T, T)`` or ``(B, 1, T, T)``.
+        """
+        mask = causal_mask(tgt.shape[1], device=tgt.device)  # (T, T)
+        if self.pad_id is not None:
+            keys = (tgt != self.pad_id)[:, None, None, :]  # (B, T) -> (B, 1, 1, T)
+            mask = mask & keys  # (T, T) & (B, 1, 1, T) -> (B, 1, T, T)
+        return mask
+
+    # --- the model --------------------------------------------------------------------
+    def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
+        # Scale by sqrt(d_model) so that the embeddings are not drowned by the
+        # positional encoding, whose entries have magnitude ~1 (chapter 9).
+        x = embedding(tokens) * math.sqrt(self.d_model)  # (B, L) -> (B, L, D)
+        return self.positional(x)
+
+    def encode(self, src: torch.Tensor, return_attention: bool = False):
+        """Encode the source: ``(B, S)`` ids -> memory ``(B, S, D)``."""
+        self._check_tokens("src", src, self.src_vocab_size)
+        x = self._embed(self.src_embedding, src)
+        return self.encoder(x, self.source_mask(src), return_attention=return_attention)
+
+    def decode(
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor,
+        src: torch.Tensor | None = None,
+        return_attention: bool = False,
+    ):
+        """Decode ``tgt (B, T)`` against ``memory (B, S, D)`` -> logits ``(B, T, V)``.
+
+        Pass the ``src`` ids that produced ``memory`` so that padded source
+        positions are masked in cross-attention (needed only with ``pad_id``).
+        """
+        self._check_tokens("tgt", tgt, self.tgt_vocab_size)
+        require_ndim("memory", memory, (3,), f"(B, S, {self.d_model})")
+        if memory.shape[0] != tgt.shape[0] or memory.shape[2] != self.d_model:
+            raise ValueError(
+                f"memory: got shape {shape_str(memory.shape)}, expected "
+                f"({tgt.shape[0]}, S, {self.d_model}) to match tgt {shape_str(tgt.shape)}"
+            )
+        memory_mask = None
+        if src is not None:
+            self._check_tokens("src", src, self.src_vocab_size)
+            if tuple(src.shape) != tuple(memory.shape[:2]):
+                raise ValueError(
+                    f"src: got shape {shape_str(src.shape)}, expected "
+                    f"{shape_str(memory.shape[:2])}, the (B, S) of memory"
+                )
+            memory_mask = self.source_mask(src)
+        y = self._embed(self.tgt_embedding, tgt)
+        out = self.decoder(
+            y, memory, self.target_mask(tgt), memory_mask, return_attention=return_attention
+        )
+        if return_attention:
+            out, weights = out
+            return self.output_layer(out), weights
+        return self.output_layer(out)  # (B, T, D) -> (B, T, V)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits: position ``t`` predicts ``tgt[:, t + 1]``."""
+        self._check_tokens("src", src, self.src_vocab_size)
+        self._check_tokens("tgt", tgt, self.tgt_vocab_size)
+        if src.shape[0] != tgt.shape[0]:
+            raise ValueError(
+                f"tgt: got batch size {tgt.shape[0]}, expected {src.shape[0]} to match src"
+            )
+        memory = self.encode(src)
+        return self.decode(tgt, memory, src=src)
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: Transformer, src: torch.Tensor, max_len: int, bos_id: int, eos_id: int
+) -> torch.Tensor:
+    """Generate with the most likely next token at every step.
+
+    Starts each sequence with ``bos_id`` and appends ``argmax`` of the logits
+    for the last position until a sequence has produced ``eos_id`` (it is then
+    padded with ``model.pad_id``, or ``eos_id`` when the model has none) or
+    ``max_len`` tokens exist. Runs in evaluation mode (dropout off) and
+    restores the model's previous mode afterwards.
+
+    Shapes:
+        src: ``(B, S)``; returns a LongTensor ``(B, L)`` with ``L <= max_len``,
+        ``[:, 0] == bos_id``.
+    """
+    if not isinstance(model, Transformer):
+        raise ValueError(f"model: got {type(model).__name__}, expected a Transformer")
+    check_positive_int("max_len", max_len)
+    if max_len > model.max_len:
+        raise ValueError(
+            f"max_len: got {max_len}, expected at most the model's max_len={model.max_len}"
+        )
+    for name, token in (("bos_id", bos_id), ("eos_id", eos_id)):
+        if not isinstance(token, int) or not 0 <= token < model.tgt_vocab_size:
+            raise ValueError(
+                f"{name}: got {token!r}, expected a token id in [0, {model.tgt_vocab_size - 1}]"
+            )
+    model._check_tokens("src", src, model.src_vocab_size)
+    pad = model.pad_id if model.pad_id is not None else eos_id
+    was_training = model.training
+    model.eval()
+    try:
+        memory = model.encode(src)  # computed once, reused at every step
+        B = src.shape[0]
+        out = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
+        finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+        for _ in range(max_len - 1):
+            logits = model.decode(out, memory, src=src)  # (B, t, V)
+            next_token = logits[:, -1].argmax(dim=-1)  # (B,)
+            next_token = next_token.masked_fill(finished, pad)  # pad after EOS
+            out = torch.cat([out, next_token[:, None]], dim=1)  # (B, t) -> (B, t + 1)
+            finished |= next_token == eos_id
+            if bool(finished.all()):
+                break
+    finally:
+        model.train(was_training)
+    return out

@@ -12,17 +12,24 @@ maximum from ``m`` to ``m'``, everything accumulated so far is rescaled by
     acc' = e^{m - m'} acc + \\sum_j e^{s_j - m'} v_j
 
 and at the end ``output = acc / l``. Only a ``block x block`` tile of scores
-exists at any time.
+exists at any time (Milakov & Gimelshein, 2018; Dao et al., 2022).
+
+The backward pass does not keep the tiles either: it stores one number per
+query, the log-sum-exp ``L = m + log(l)`` of its scores, and recomputes each
+tile's weights ``P = exp(S - L)`` when it needs them. Memory stays linear in
+the sequence length for training too.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from ._validate import check_mask, check_positive_int
-from .attention import _scores_shape, _validate_qkv
+from .attention import _LOW_PRECISION, _scores_shape, _validate_qkv
 
 
 def tiled_attention(
@@ -35,48 +42,174 @@ def tiled_attention(
     """Scaled dot-product attention computed block by block (online softmax).
 
     Same result as :func:`scaled_dot_product_attention` (and
-    ``F.scaled_dot_product_attention``) up to rounding, including zero output
-    for fully masked query rows, without materialising the ``T x S`` scores.
+    ``F.scaled_dot_product_attention``) up to rounding, including a zero output
+    for fully masked query rows, without materialising the ``T x S`` scores:
+    the largest temporary is one ``block_size x block_size`` tile per batch
+    element and head. Half-precision inputs are accumulated in float32.
+
+    Differentiable with respect to ``query``, ``key`` and ``value``; the
+    backward pass recomputes the tiles instead of storing them. A float
+    (additive) mask receives no gradient.
 
     Shapes:
         query: ``(..., T, Dk)``; key: ``(..., S, Dk)``; value: ``(..., S, Dv)``;
         mask: broadcastable to ``(..., T, S)``; returns ``(..., T, Dv)``.
     """
     T, S = _validate_qkv(query, key, value)
-    target = _scores_shape(query, key, value)
+    target = _scores_shape(query, key, value)  # (..., T, S)
     if mask is not None:
         check_mask(mask, target, "(..., T, S)")
         mask = mask.expand(target)  # a view: no memory is allocated
     check_positive_int("block_size", block_size)
-    scale = 1.0 / math.sqrt(query.shape[-1])
     batch = target[:-2]
-    out_dtype = query.dtype
-    compute = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
-    outputs = []
+    # Give all three the same leading (batch) axes. expand() makes views, not copies, and
+    # autograd sums the gradients back over any axis that was broadcast.
+    query = query.expand(*batch, T, query.shape[-1])
+    key = key.expand(*batch, S, key.shape[-1])
+    value = value.expand(*batch, S, value.shape[-1])
+    return _TiledAttention.apply(query, key, value, mask, block_size)
+
+
+class _TiledAttention(torch.autograd.Function):
+    """Forward: the online softmax. Backward: recompute each tile's weights from ``L``."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, mask, block_size):
+        output, lse = _tiled_forward(query, key, value, mask, block_size)
+        ctx.save_for_backward(query, key, value, mask, output, lse)
+        ctx.block_size = block_size
+        return output
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output):
+        query, key, value, mask, output, lse = ctx.saved_tensors
+        grads = _tiled_backward(query, key, value, mask, output, lse, grad_output, ctx.block_size)
+        return (*grads, None, None)  # no gradient for the mask and the block size
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """Accumulate half-precision inputs in float32; keep float32/float64 as they are."""
+    return torch.float32 if x.dtype in _LOW_PRECISION else x.dtype
+
+
+def _score_tile(q, key, mask, rows: slice, cols: slice) -> torch.Tensor:
+    """Scores of one tile of (already scaled) queries against one block of keys.
+
+    Shapes: q ``(..., Tb, Dk)``; returns ``(..., Tb, Sb)``, a fresh tensor that the
+    caller may overwrite in place. Masked scores are ``-inf``.
+    """
+    k = key[..., cols, :].to(q.dtype)  # (..., Sb, Dk)
+    s = q @ k.transpose(-2, -1)  # (..., Tb, Dk) @ (..., Dk, Sb) -> (..., Tb, Sb)
+    if mask is not None:
+        tile = mask[..., rows, cols]  # (..., Tb, Sb), a view of the (expanded) mask
+        if tile.dtype == torch.bool:
+            s.masked_fill_(~tile, -math.inf)
+        else:
+            s.add_(tile.to(s.dtype))  # additive mask: 0 keeps, -inf removes
+    return s
+
+
+def _groups(batch: torch.Size):
+    """Indices of the groups processed together: one per index of all leading axes but the
+    last, e.g. one batch element (with all its heads) for ``(B, H, T, Dh)`` inputs.
+
+    Taking all ``B x H`` pairs at once would make every tile ``B x H`` times larger
+    than ``block x block``; a smaller tile stays in the CPU cache between the
+    half-dozen operations that read it (measured: about 20% faster on a 2-core CPU).
+    """
+    return itertools.product(*(range(n) for n in batch[:-1]))
+
+
+def _tiled_forward(query, key, value, mask, block_size: int):
+    """The online softmax. Returns the output ``(..., T, Dv)`` and ``L = log sum_j e^{s_j}``
+    for every query, ``(..., T, 1)`` (``+inf`` for a query that may attend to nothing).
+    """
+    T, Dv = query.shape[-2], value.shape[-1]
+    batch = query.shape[:-2]
+    output = torch.empty((*batch, T, Dv), dtype=query.dtype, device=query.device)
+    lse = torch.empty((*batch, T, 1), dtype=_compute_dtype(query), device=query.device)
+    for g in _groups(batch):
+        group_mask = None if mask is None else mask[g]
+        _forward_group(query[g], key[g], value[g], group_mask, block_size, output[g], lse[g])
+    return output, lse
+
+
+def _forward_group(query, key, value, mask, block_size: int, output, lse) -> None:
+    """The online softmax for one group; writes into the views ``output`` and ``lse``."""
+    T, S, Dv = query.shape[-2], key.shape[-2], value.shape[-1]
+    batch = query.shape[:-2]
+    compute = lse.dtype
+    # Scale by 1/sqrt(d_k) (chapter 4); applied to each query tile once, not to every score tile.
+    scale = 1.0 / math.sqrt(query.shape[-1])
     for q0 in range(0, T, block_size):
-        q = query[..., q0 : q0 + block_size, :].to(compute) * scale  # (..., Tb, Dk)
+        rows = slice(q0, q0 + block_size)
+        q = query[..., rows, :].to(compute) * scale  # (..., Tb, Dk)
         Tb = q.shape[-2]
         m = torch.full((*batch, Tb, 1), -math.inf, dtype=compute, device=query.device)
-        l = torch.zeros((*batch, Tb, 1), dtype=compute, device=query.device)  # noqa: E741
-        acc = torch.zeros((*batch, Tb, value.shape[-1]), dtype=compute, device=query.device)
+        l = torch.zeros((*batch, Tb, 1), dtype=compute, device=query.device)
+        acc = torch.zeros((*batch, Tb, Dv), dtype=compute, device=query.device)
         for k0 in range(0, S, block_size):
-            k = key[..., k0 : k0 + block_size, :].to(compute)  # (..., Sb, Dk)
-            v = value[..., k0 : k0 + block_size, :].to(compute)  # (..., Sb, Dv)
-            s = q @ k.transpose(-2, -1)  # (..., Tb, Dk) @ (..., Dk, Sb) -> (..., Tb, Sb)
-            if mask is not None:
-                tile = mask[..., q0 : q0 + block_size, k0 : k0 + block_size]
-                if tile.dtype == torch.bool:
-                    s = s.masked_fill(~tile, -math.inf)
-                else:
-                    s = s + tile.to(compute)
+            cols = slice(k0, k0 + block_size)
+            s = _score_tile(q, key, mask, rows, cols)  # (..., Tb, Sb)
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # running max (..., Tb, 1)
             # While every score seen so far is -inf, shift by 0 instead (avoids -inf - -inf).
             shift = m_new.masked_fill(torch.isneginf(m_new), 0.0)
-            p = torch.exp(s - shift)  # (..., Tb, Sb); exp(-inf) = 0 for masked keys
-            correction = torch.exp(m - shift)  # rescales the old sums: e^{m - m'}
-            l = correction * l + p.sum(dim=-1, keepdim=True)  # noqa: E741
-            acc = correction * acc + p @ v  # (..., Tb, Sb) @ (..., Sb, Dv) -> (..., Tb, Dv)
+            p = s.sub_(shift).exp_()  # e^{s - m'} in place: p reuses the scores' memory
+            correction = torch.exp(m - shift)  # e^{m - m'} rescales the old sums
+            v = value[..., cols, :].to(compute)  # (..., Sb, Dv)
+            # l' = e^{m - m'} l + sum_j p_j and acc' = e^{m - m'} acc + p @ v, updated in place
+            l.mul_(correction).add_(p.sum(dim=-1, keepdim=True))
+            acc.mul_(correction).add_(p @ v)  # (..., Tb, Sb) @ (..., Sb, Dv) -> (..., Tb, Dv)
             m = m_new
         # Rows that saw no allowed key have l = 0 and acc = 0: output zero, not 0/0.
-        outputs.append((acc / l.clamp_min(torch.finfo(compute).tiny)).to(out_dtype))
-    return torch.cat(outputs, dim=-2)  # (..., T, Dv)
+        output[..., rows, :] = acc / l.clamp_min(torch.finfo(compute).tiny)
+        # L = m + log(l). For an empty row use +inf, so that e^{s - L} = 0 in the backward pass.
+        lse[..., rows, :] = torch.where(l > 0, m + torch.log(l), math.inf)
+
+
+def _tiled_backward(query, key, value, mask, output, lse, grad_output, block_size: int):
+    """Gradients of the tiled attention, one tile at a time (FlashAttention's backward).
+
+    With ``P = softmax(S)`` and ``O = P V``: ``dV = P^T dO``, ``dP = dO V^T``,
+    ``dS = P * (dP - delta)`` where ``delta_i = sum_j P_ij dP_ij = dO_i . O_i``,
+    ``dQ = dS K / sqrt(d_k)`` and ``dK = dS^T Q / sqrt(d_k)``. Each tile's ``P`` is
+    recomputed from the scores and the saved log-sum-exp: ``P = e^{S - L}``.
+    """
+    compute = _compute_dtype(query)
+    grad_output = grad_output.to(compute)
+    delta = (grad_output * output.to(compute)).sum(dim=-1, keepdim=True)  # (..., T, 1)
+    options = {"dtype": compute, "device": query.device}
+    grad_q = torch.zeros(query.shape, **options)
+    grad_k = torch.zeros(key.shape, **options)
+    grad_v = torch.zeros(value.shape, **options)
+    for g in _groups(query.shape[:-2]):
+        group_mask = None if mask is None else mask[g]
+        inputs = (query[g], key[g], value[g], group_mask, lse[g], delta[g], grad_output[g])
+        _backward_group(*inputs, block_size, grad_q[g], grad_k[g], grad_v[g])
+    return grad_q.to(query.dtype), grad_k.to(key.dtype), grad_v.to(value.dtype)
+
+
+def _backward_group(
+    query, key, value, mask, lse, delta, grad_output, block_size, grad_q, grad_k, grad_v
+) -> None:
+    """The backward pass for one group; accumulates into the views ``grad_q/k/v``."""
+    T, S = query.shape[-2], key.shape[-2]
+    compute = grad_q.dtype
+    scale = 1.0 / math.sqrt(query.shape[-1])
+    for q0 in range(0, T, block_size):
+        rows = slice(q0, q0 + block_size)
+        q = query[..., rows, :].to(compute) * scale  # (..., Tb, Dk)
+        do = grad_output[..., rows, :]  # (..., Tb, Dv)
+        for k0 in range(0, S, block_size):
+            cols = slice(k0, k0 + block_size)
+            s = _score_tile(q, key, mask, rows, cols)  # (..., Tb, Sb)
+            p = s.sub_(lse[..., rows, :]).exp_()  # this tile's softmax weights, recomputed
+            k = key[..., cols, :].to(compute)  # (..., Sb, Dk)
+            v = value[..., cols, :].to(compute)  # (..., Sb, Dv)
+            grad_v[..., cols, :] += p.transpose(-2, -1) @ do  # (..., Sb, Tb) @ (..., Tb, Dv)
+            dp = do @ v.transpose(-2, -1)  # (..., Tb, Dv) @ (..., Dv, Sb) -> (..., Tb, Sb)
+            ds = p * (dp - delta[..., rows, :])  # the softmax's Jacobian, row by row
+            grad_q[..., rows, :] += ds @ k  # (..., Tb, Sb) @ (..., Sb, Dk) -> (..., Tb, Dk)
+            grad_k[..., cols, :] += ds.transpose(-2, -1) @ q  # q already carries the scale
+    grad_q *= scale

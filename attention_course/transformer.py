@@ -15,9 +15,10 @@ import torch
 from torch import nn
 
 from ._validate import check_positive_int, check_probability, require_ndim, shape_str
+from .attention import scaled_dot_product_attention
 from .ffn import PositionwiseFeedForward
 from .masking import causal_mask
-from .multihead import MultiHeadAttention
+from .multihead import MultiHeadAttention, _fused_attention, merge_heads, split_heads
 from .norms import LayerNorm
 from .positional import PositionalEncoding
 
@@ -70,6 +71,116 @@ class EncoderLayer(nn.Module):
         return (x, weights) if return_attention else x
 
 
+class LayerKVCache:
+    """One decoder layer's share of a :class:`KVCache`.
+
+    Attributes (None until the first step):
+        keys, values: ``(B, H, t, Dh)``, the self-attention keys and values of the
+        ``t = length`` target positions decoded so far; one position longer after
+        every step (see :meth:`append`).
+        memory_keys, memory_values: ``(B, H, S, Dh)``, the cross-attention keys and
+        values, i.e. projections of the encoder memory; computed once, then reused.
+    """
+
+    def __init__(self) -> None:
+        self.length = 0
+        # Buffers (B, H, capacity, Dh) whose first `length` positions are filled.
+        self._keys: torch.Tensor | None = None
+        self._values: torch.Tensor | None = None
+        self.memory_keys: torch.Tensor | None = None
+        self.memory_values: torch.Tensor | None = None
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        return None if self._keys is None else self._keys[:, :, : self.length]
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return None if self._values is None else self._values[:, :, : self.length]
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor):
+        """Store the new positions' keys and values after the cached ones; return all of them.
+
+        ``torch.cat`` would copy the whole cache at every step; instead the buffers
+        double in size when full, so a step writes only its own positions.
+
+        Shapes: keys, values ``(B, H, Tn, Dh)``; returns two ``(B, H, t + Tn, Dh)`` views.
+        """
+        t, Tn = self.length, keys.shape[2]
+        if self._keys is None or t + Tn > self._keys.shape[2]:
+            capacity = max(2 * (t + Tn), 64)
+            self._keys = _grow(self._keys, keys, t, capacity)
+            self._values = _grow(self._values, values, t, capacity)
+        self._keys[:, :, t : t + Tn] = keys
+        self._values[:, :, t : t + Tn] = values
+        self.length = t + Tn
+        return self.keys, self.values
+
+
+def _grow(buffer: torch.Tensor | None, new: torch.Tensor, filled: int, capacity: int):
+    """A ``(B, H, capacity, Dh)`` buffer holding the first ``filled`` positions of ``buffer``."""
+    B, H, _, Dh = new.shape
+    grown = new.new_empty((B, H, capacity, Dh))
+    if buffer is not None:
+        grown[:, :, :filled] = buffer[:, :, :filled]
+    return grown
+
+
+class KVCache:
+    """What a decoder keeps between generation steps: the KV cache (键值缓存).
+
+    When a decoder generates one token at a time, the newest token's query must
+    meet the keys and values of every earlier position. Under the causal mask an
+    earlier position never looks at a later one, so its keys and values never
+    change: keep them instead of recomputing the whole prefix at every step.
+    Each step then projects one new position per layer, and its cost grows with
+    the prefix only through one attention row (``1 x t`` scores), not ``t x t``.
+
+    Use: create an empty cache, then call :meth:`Transformer.decode` with only the
+    new tokens and ``cache=cache``; the positions continue where the cache ends.
+
+    Attributes:
+        layers: one :class:`LayerKVCache` per decoder layer (filled at the first step).
+        target_keep: ``(B, t)`` bool, False at padded target positions (only when
+        the model has a ``pad_id``), so that padded keys stay masked.
+    """
+
+    def __init__(self) -> None:
+        self.layers: list[LayerKVCache] = []
+        self.target_keep: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        """The number of target positions cached so far (the position of the next token)."""
+        return self.layers[0].length if self.layers else 0
+
+
+def _project_key_value(attn: MultiHeadAttention, x: torch.Tensor):
+    """Keys and values of ``x`` for ``attn``, split into heads: what the KV cache stores.
+
+    Shapes: x ``(B, L, D)``; returns two ``(B, H, L, Dh)`` tensors.
+    """
+    keys = split_heads(attn.w_k(x), attn.num_heads)  # (B, L, D) -> (B, H, L, Dh)
+    values = split_heads(attn.w_v(x), attn.num_heads)  # (B, L, D) -> (B, H, L, Dh)
+    return keys, values
+
+
+def _attend(attn: MultiHeadAttention, x, keys, values, mask, need_weights: bool):
+    """``attn(x, ., .)`` for keys and values that are already projected (taken from a cache).
+
+    The same maths as :class:`MultiHeadAttention`'s forward, minus the key and
+    value projections. Shapes: x ``(B, Tn, D)``; keys, values ``(B, H, L, Dh)``;
+    returns ``(B, Tn, D)`` and weights ``(B, H, Tn, L)`` or None.
+    """
+    q = split_heads(attn.w_q(x), attn.num_heads)  # (B, Tn, D) -> (B, H, Tn, Dh)
+    p = attn.dropout if attn.training else 0.0
+    if need_weights:
+        heads, weights = scaled_dot_product_attention(q, keys, values, mask=mask, dropout_p=p)
+    else:
+        heads, weights = _fused_attention(q, keys, values, mask, p), None
+    return attn.w_o(merge_heads(heads)), weights  # (B, H, Tn, Dh) -> (B, Tn, D)
+
+
 class DecoderLayer(nn.Module):
     """One decoder layer: masked self-attention, cross-attention, feed-forward.
 
@@ -82,6 +193,11 @@ class DecoderLayer(nn.Module):
     Matches ``nn.TransformerDecoderLayer(..., batch_first=True,
     norm_first=norm_first)`` with copied weights (``multihead_attn`` there is
     ``cross_attn`` here).
+
+    With a :class:`LayerKVCache` (``cache=``), ``x`` holds only the new positions:
+    their keys and values are appended to the cache, the queries attend to every
+    cached position, and the memory is projected only once. ``tgt_mask`` then
+    covers the new queries against all cached keys, ``(B, H, Tn, t + Tn)``.
 
     Shapes:
         x: ``(B, T, D)``; memory: ``(B, S, D)``; tgt_mask: broadcastable to
@@ -111,13 +227,26 @@ class DecoderLayer(nn.Module):
         self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
 
-    def _self_attention(self, x, mask, need_weights):
-        out, weights = self.self_attn(x, x, x, mask=mask, need_weights=need_weights)
+    def _self_attention(self, x, mask, need_weights, cache=None):
+        if cache is None:
+            out, weights = self.self_attn(x, x, x, mask=mask, need_weights=need_weights)
+        else:
+            # KV cache: project only the new positions, append them to the cached keys and
+            # values, and let the new queries attend to all of them.
+            keys, values = _project_key_value(self.self_attn, x)  # (B, H, Tn, Dh) each
+            keys, values = cache.append(keys, values)  # (B, H, t + Tn, Dh) each
+            out, weights = _attend(self.self_attn, x, keys, values, mask, need_weights)
         return self.dropout1(out), weights
 
-    def _cross_attention(self, x, memory, mask, need_weights):
+    def _cross_attention(self, x, memory, mask, need_weights, cache=None):
         # queries from the decoder (x), keys and values from the encoder (memory)
-        out, weights = self.cross_attn(x, memory, memory, mask=mask, need_weights=need_weights)
+        if cache is None:
+            out, weights = self.cross_attn(x, memory, memory, mask=mask, need_weights=need_weights)
+        else:
+            if cache.memory_keys is None:  # the memory never changes: project it once
+                cache.memory_keys, cache.memory_values = _project_key_value(self.cross_attn, memory)
+            keys, values = cache.memory_keys, cache.memory_values  # (B, H, S, Dh) each
+            out, weights = _attend(self.cross_attn, x, keys, values, mask, need_weights)
         return self.dropout2(out), weights
 
     def forward(
@@ -127,17 +256,19 @@ class DecoderLayer(nn.Module):
         tgt_mask: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
         return_attention: bool = False,
+        cache: LayerKVCache | None = None,
     ):
+        need = return_attention
         if self.norm_first:
-            h, self_w = self._self_attention(self.norm1(x), tgt_mask, return_attention)
+            h, self_w = self._self_attention(self.norm1(x), tgt_mask, need, cache)
             x = x + h
-            h, cross_w = self._cross_attention(self.norm2(x), memory, memory_mask, return_attention)
+            h, cross_w = self._cross_attention(self.norm2(x), memory, memory_mask, need, cache)
             x = x + h
             x = x + self.dropout3(self.ffn(self.norm3(x)))
         else:
-            h, self_w = self._self_attention(x, tgt_mask, return_attention)
+            h, self_w = self._self_attention(x, tgt_mask, need, cache)
             x = self.norm1(x + h)
-            h, cross_w = self._cross_attention(x, memory, memory_mask, return_attention)
+            h, cross_w = self._cross_attention(x, memory, memory_mask, need, cache)
             x = self.norm2(x + h)
             x = self.norm3(x + self.dropout3(self.ffn(x)))
         if return_attention:
@@ -187,7 +318,8 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     """A stack of ``num_layers`` :class:`DecoderLayer` (final LayerNorm when pre-norm).
 
-    Matches ``nn.TransformerDecoder``.
+    Matches ``nn.TransformerDecoder``. With a :class:`KVCache` (``cache=``), ``x``
+    holds only the new positions (see :class:`DecoderLayer`).
 
     Shapes:
         x: ``(B, T, D)``; memory: ``(B, S, D)``; returns ``(B, T, D)``.
@@ -209,14 +341,33 @@ class Decoder(nn.Module):
         )
         self.norm = LayerNorm(d_model) if norm_first else None
 
-    def forward(self, x, memory, tgt_mask=None, memory_mask=None, return_attention: bool = False):
+    def forward(
+        self,
+        x,
+        memory,
+        tgt_mask=None,
+        memory_mask=None,
+        return_attention: bool = False,
+        cache: KVCache | None = None,
+    ):
+        if cache is None:
+            layer_caches = [None] * len(self.layers)
+        else:
+            if not cache.layers:  # first step: one empty cache per layer
+                cache.layers = [LayerKVCache() for _ in self.layers]
+            if len(cache.layers) != len(self.layers):
+                raise ValueError(
+                    f"cache: got a KVCache for {len(cache.layers)} layers, expected "
+                    f"{len(self.layers)} (use a new KVCache for every decoding run)"
+                )
+            layer_caches = cache.layers
         weights = []
-        for layer in self.layers:
+        for layer, layer_cache in zip(self.layers, layer_caches):
             if return_attention:
-                x, w = layer(x, memory, tgt_mask, memory_mask, return_attention=True)
+                x, w = layer(x, memory, tgt_mask, memory_mask, True, cache=layer_cache)
                 weights.append(w)
             else:
-                x = layer(x, memory, tgt_mask, memory_mask)
+                x = layer(x, memory, tgt_mask, memory_mask, cache=layer_cache)
         if self.norm is not None:
             x = self.norm(x)
         return (x, weights) if return_attention else x
@@ -323,11 +474,31 @@ class Transformer(nn.Module):
         return mask
 
     # --- the model --------------------------------------------------------------------
-    def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
+    def _cached_target_mask(self, tgt: torch.Tensor, cache: KVCache) -> torch.Tensor | None:
+        """Mask for ``Tn`` new queries (positions ``t .. t + Tn - 1``) against all ``t + Tn`` keys.
+
+        Records the new tokens' padding in ``cache.target_keep``.
+        Shapes: returns None, ``(Tn, t + Tn)`` or ``(B, 1, Tn, t + Tn)``.
+        """
+        t, Tn = cache.length, tgt.shape[1]
+        mask = None
+        if Tn > 1:  # query i sits at position t + i and may see keys 0 .. t + i
+            mask = torch.ones(Tn, t + Tn, dtype=torch.bool, device=tgt.device).tril(diagonal=t)
+        # (A single new query may see every cached key: the causal mask is all True.)
+        if self.pad_id is not None:
+            keep = tgt != self.pad_id  # (B, Tn)
+            if cache.target_keep is not None:
+                keep = torch.cat([cache.target_keep, keep], dim=1)  # (B, t + Tn)
+            cache.target_keep = keep
+            keys = keep[:, None, None, :]  # (B, t + Tn) -> (B, 1, 1, t + Tn)
+            mask = keys if mask is None else mask & keys
+        return mask
+
+    def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         # Scale by sqrt(d_model) so that the embeddings are not drowned by the
         # positional encoding, whose entries have magnitude ~1 (chapter 9).
         x = embedding(tokens) * math.sqrt(self.d_model)  # (B, L) -> (B, L, D)
-        return self.positional(x)
+        return self.positional(x, start=start)  # positions start, ..., start + L - 1
 
     def encode(self, src: torch.Tensor, return_attention: bool = False):
         """Encode the source: ``(B, S)`` ids -> memory ``(B, S, D)``."""
@@ -341,13 +512,34 @@ class Transformer(nn.Module):
         memory: torch.Tensor,
         src: torch.Tensor | None = None,
         return_attention: bool = False,
+        cache: KVCache | None = None,
     ):
         """Decode ``tgt (B, T)`` against ``memory (B, S, D)`` -> logits ``(B, T, V)``.
 
         Pass the ``src`` ids that produced ``memory`` so that padded source
         positions are masked in cross-attention (needed only with ``pad_id``).
+
+        With ``cache`` (a :class:`KVCache`, empty at the first call), ``tgt`` holds
+        only the *new* tokens, which continue at position ``cache.length``; the
+        logits are those of the new positions and equal the last ``Tn`` rows of
+        decoding the whole prefix at once. Pass the same ``memory`` every time.
         """
         self._check_tokens("tgt", tgt, self.tgt_vocab_size)
+        start = 0
+        if cache is not None:
+            if not isinstance(cache, KVCache):
+                raise ValueError(f"cache: got {type(cache).__name__}, expected a KVCache or None")
+            start = cache.length
+            if start + tgt.shape[1] > self.max_len:
+                raise ValueError(
+                    f"tgt: got {tgt.shape[1]} new tokens after {start} cached positions, "
+                    f"expected at most max_len={self.max_len} positions in all"
+                )
+            if start and cache.layers[0].keys.shape[0] != tgt.shape[0]:
+                raise ValueError(
+                    f"tgt: got batch size {tgt.shape[0]}, expected "
+                    f"{cache.layers[0].keys.shape[0]} to match the cache"
+                )
         require_ndim("memory", memory, (3,), f"(B, S, {self.d_model})")
         if memory.shape[0] != tgt.shape[0] or memory.shape[2] != self.d_model:
             raise ValueError(
@@ -363,9 +555,13 @@ class Transformer(nn.Module):
                     f"{shape_str(memory.shape[:2])}, the (B, S) of memory"
                 )
             memory_mask = self.source_mask(src)
-        y = self._embed(self.tgt_embedding, tgt)
+        if cache is None:
+            tgt_mask = self.target_mask(tgt)
+        else:
+            tgt_mask = self._cached_target_mask(tgt, cache)
+        y = self._embed(self.tgt_embedding, tgt, start=start)
         out = self.decoder(
-            y, memory, self.target_mask(tgt), memory_mask, return_attention=return_attention
+            y, memory, tgt_mask, memory_mask, return_attention=return_attention, cache=cache
         )
         if return_attention:
             out, weights = out
@@ -386,7 +582,13 @@ class Transformer(nn.Module):
 
 @torch.no_grad()
 def greedy_decode(
-    model: Transformer, src: torch.Tensor, max_len: int, bos_id: int, eos_id: int
+    model: Transformer,
+    src: torch.Tensor,
+    max_len: int,
+    bos_id: int,
+    eos_id: int,
+    *,
+    use_cache: bool = True,
 ) -> torch.Tensor:
     """Generate with the most likely next token at every step.
 
@@ -395,6 +597,11 @@ def greedy_decode(
     padded with ``model.pad_id``, or ``eos_id`` when the model has none) or
     ``max_len`` tokens exist. Runs in evaluation mode (dropout off) and
     restores the model's previous mode afterwards.
+
+    The encoder runs once. With ``use_cache=True`` (the default) the decoder keeps
+    a :class:`KVCache` and processes only the newest token at each step; with
+    ``use_cache=False`` it re-decodes the whole prefix every time, which gives
+    the same tokens but does ``t`` positions of work at step ``t`` instead of one.
 
     Shapes:
         src: ``(B, S)``; returns a LongTensor ``(B, L)`` with ``L <= max_len``,
@@ -413,16 +620,23 @@ def greedy_decode(
                 f"{name}: got {token!r}, expected a token id in [0, {model.tgt_vocab_size - 1}]"
             )
     model._check_tokens("src", src, model.src_vocab_size)
+    if not isinstance(use_cache, bool):
+        raise ValueError(f"use_cache: got {use_cache!r}, expected True or False")
     pad = model.pad_id if model.pad_id is not None else eos_id
     was_training = model.training
     model.eval()
     try:
         memory = model.encode(src)  # computed once, reused at every step
+        cache = KVCache() if use_cache else None
         B = src.shape[0]
         out = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
         finished = torch.zeros(B, dtype=torch.bool, device=src.device)
         for _ in range(max_len - 1):
-            logits = model.decode(out, memory, src=src)  # (B, t, V)
+            if cache is not None:
+                # Only the newest token goes in; the cache holds the keys and values of the rest.
+                logits = model.decode(out[:, -1:], memory, src=src, cache=cache)  # (B, 1, V)
+            else:
+                logits = model.decode(out, memory, src=src)  # (B, t, V): the whole prefix again
             next_token = logits[:, -1].argmax(dim=-1)  # (B,)
             next_token = next_token.masked_fill(finished, pad)  # pad after EOS
             out = torch.cat([out, next_token[:, None]], dim=1)  # (B, t) -> (B, t + 1)

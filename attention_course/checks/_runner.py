@@ -22,9 +22,7 @@ from torch import nn
 
 from ._report import CaseResult, Report
 
-NOT_IMPLEMENTED_MESSAGE = (
-    "not implemented yet: replace `raise NotImplementedError` with your code"
-)
+NOT_IMPLEMENTED_MESSAGE = "not implemented yet: replace `raise NotImplementedError` with your code"
 
 _CHECKS_DIR = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
@@ -84,6 +82,20 @@ _ERROR_HINTS = (
         "(and `device=x.device`) instead of the default float32",
     ),
     (
+        "before Module.__init__() call",
+        "call `super().__init__()` first thing in your `__init__`",
+    ),
+    (
+        "unexpected keyword argument",
+        "keep the signature of the exercise stub: the checker calls your code with the "
+        "contract's argument names",
+    ),
+    (
+        "positional argument",
+        "keep the signature of the exercise stub: the checker calls your code with the "
+        "contract's arguments",
+    ),
+    (
         "cannot be multiplied",
         "check which dimensions you multiply: print the shapes of both operands",
     ),
@@ -134,7 +146,7 @@ def call_student(
         raise NotImplementedYet(str(error)) from None
     except _TimedOut:
         raise
-    except Exception as error:  # noqa: BLE001 - any student exception becomes a failed case
+    except BaseException as error:  # noqa: BLE001 - any student exception becomes a failed case
         message = describe_exception(error, what)
         if error_hint and "\nHint:" not in message:
             message += f"\nHint: {error_hint}."
@@ -249,6 +261,7 @@ def run_cases(target: str, cases: Sequence[Case], timeout: float) -> Report:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         timed_out_case = None
+        first_failure_with: dict[str, str] = {}  # message -> first case that failed with it
         for case in cases:
             if timed_out_case is not None:
                 report.results.append(
@@ -282,7 +295,13 @@ def run_cases(target: str, cases: Sequence[Case], timeout: float) -> Report:
                     target=report.target, results=[CaseResult("implemented", False, message)]
                 )
             elif isinstance(value, CaseFailed):
-                report.results.append(CaseResult(case.name, False, str(value)))
+                message = str(value)
+                earlier = first_failure_with.get(message)
+                if earlier is None:
+                    first_failure_with[message] = case.name
+                else:
+                    message = f"the same failure as in the case '{earlier}'"
+                report.results.append(CaseResult(case.name, False, message))
             else:
                 report.results.append(
                     CaseResult(

@@ -75,8 +75,18 @@ def _row_excerpt(expected: torch.Tensor, got: torch.Tensor, index: tuple[int, ..
     )
 
 
-def first_mistake(got, mistakes: Iterable[Mistake], atol: float, rtol: float) -> str | None:
-    """The description of the first known mistake whose output equals ``got``."""
+def first_mistake(
+    got,
+    mistakes: Iterable[Mistake],
+    atol: float,
+    rtol: float,
+    expected: torch.Tensor | None = None,
+) -> str | None:
+    """The description of the first known mistake whose output equals ``got``.
+
+    A mistake that gives the right answer on these inputs (``expected``) says
+    nothing and is skipped.
+    """
     if not isinstance(got, torch.Tensor):
         return None
     got = got.detach().cpu()
@@ -85,9 +95,12 @@ def first_mistake(got, mistakes: Iterable[Mistake], atol: float, rtol: float) ->
             candidate = compute()
         except Exception:  # noqa: BLE001 - a mistake that cannot be computed does not match
             continue
-        if isinstance(candidate, torch.Tensor) and _matches(
-            got, candidate.detach().cpu(), atol, rtol
-        ):
+        if not isinstance(candidate, torch.Tensor):
+            continue
+        candidate = candidate.detach().cpu()
+        if expected is not None and _matches(expected, candidate, atol, rtol):
+            continue
+        if _matches(got, candidate, atol, rtol):
             return description
     return None
 
@@ -106,8 +119,8 @@ def _matches(got: torch.Tensor, candidate: torch.Tensor, atol: float, rtol: floa
     return bool(torch.allclose(got, candidate, atol=atol, rtol=rtol, equal_nan=True))
 
 
-def _explain(message: str, got, mistakes, hints, atol, rtol) -> str:
-    mistake = first_mistake(got, mistakes, atol, rtol)
+def _explain(message: str, got, mistakes, hints, atol, rtol, expected=None) -> str:
+    mistake = first_mistake(got, mistakes, atol, rtol, expected)
     if mistake is not None:
         return message + f"\nLikely mistake: {mistake}."
     if isinstance(got, torch.Tensor):
@@ -172,10 +185,13 @@ def expect_close(
 
     if tuple(got.shape) != tuple(expected.shape):
         message = f"{name}: expected shape {fmt_shape(expected.shape)}, got {fmt_shape(got.shape)}"
-        raise CaseFailed(_explain(message, got, mistakes, list(shape_hints), atol, rtol))
+        raise CaseFailed(_explain(message, got, mistakes, list(shape_hints), atol, rtol, expected))
 
     if check_dtype and got.dtype != expected.dtype:
         message = f"{name}: expected dtype {expected.dtype}, got {got.dtype}"
+        if _matches(got, expected, atol, rtol):
+            message += " (the values are right)"
+            mistakes = []  # only the dtype is wrong
         if dtype_hint:
             message += f": {dtype_hint}"
         elif expected.dtype == torch.bool:
@@ -185,7 +201,7 @@ def expect_close(
                 " (the same dtype as the input): create new tensors with "
                 "`dtype=x.dtype, device=x.device`"
             )
-        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol))
+        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
 
     if expected.dtype == torch.bool or not expected.is_floating_point():
         if not torch.equal(got.detach().to(expected.dtype), expected):
@@ -194,7 +210,7 @@ def expect_close(
             message = f"{name}: wrong values at {int(len(wrong))} position(s)"
             if index:
                 message += "\n" + _row_excerpt(expected, got.detach().to(expected.dtype), index)
-            raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol))
+            raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
         return original
 
     got_values = got.detach().to(expected.dtype)
@@ -208,7 +224,7 @@ def expect_close(
             f"(first at {list(index)}) where the reference is finite"
         )
         message += "\n" + _row_excerpt(expected, got_values, index)
-        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol))
+        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
 
     if not torch.allclose(got_values, expected, atol=atol, rtol=rtol, equal_nan=True):
         diff = (got_values - expected).abs().nan_to_num(nan=float("inf"))
@@ -219,7 +235,7 @@ def expect_close(
             f"{_fmt_number(float(diff.max()))} at {list(index)})\n"
             + _row_excerpt(expected, got_values, index)
         )
-        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol))
+        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
     return original
 
 

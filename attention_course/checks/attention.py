@@ -551,7 +551,13 @@ def _additive_variants(module, query, keys, values, mask) -> dict[str, tuple]:
             "your softmax runs over the query axis (dim=-2): the weights must sum to 1 over the "
             "keys"
         ] = finish(good, dim=-2)
-    elif query.shape[0] > 1:
+    else:
+        out, weights = finish(good)
+        variants[
+            "you kept the query axis: for a single query (B, Dq) return context (B, Dv) and "
+            "weights (B, S)"
+        ] = (out[:, None], weights[:, None])
+    if query.dim() == 2 and query.shape[0] > 1:
         batch_weights = _masked_softmax(good, m, dim=0)  # (B, 1, S), sums to 1 over B
         variants[
             "your softmax runs over the batch axis (dim=0): the weights must sum to 1 over the "

@@ -325,6 +325,7 @@ def check_multi_head_attention(candidate, *, timeout: float = 10.0) -> Report:
         return single_failure(target, "is an nn.Module class", problem)
     B, T, S = 2, 4, 6
     causal = torch.ones(T, T, dtype=torch.bool).tril()
+    additive = torch.zeros(T, T, dtype=torch.float64).masked_fill(~causal, float("-inf"))
     padding = (torch.arange(S) < torch.tensor([4, 6])[:, None])[:, None, None, :]  # (B,1,1,S)
     fully = random_bool(B, 1, T, S, seed=98)
     fully[1, 0, 2] = False
@@ -353,6 +354,10 @@ def check_multi_head_attention(candidate, *, timeout: float = 10.0) -> Report:
             _mha_case(candidate, {**base, "bias": False}, ((B, T, S), 8, 8)),
         ),
         Case("causal mask (T, T)", _mha_case(candidate, base, ((B, T, T), 8, 8), mask=causal)),
+        Case(
+            "float additive causal mask (0 / -inf)",
+            _mha_case(candidate, base, ((B, T, T), 8, 8), mask=additive),
+        ),
         Case(
             "padding mask (B, 1, 1, S)",
             _mha_case(candidate, cross, ((B, T, S), 5, 7), mask=padding),

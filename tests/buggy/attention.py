@@ -300,5 +300,5 @@ CATALOGUE = [
     ("additive_attention", "wrong parameter names", AdditiveWrongNames, "could not load"),
     ("additive_attention", "inverted mask", AdditiveInvertedMask, "mask is inverted"),
     ("additive_attention", "softmax over queries", AdditiveSoftmaxOverQueries, "query axis"),
-    ("additive_attention", "keeps the query axis", AdditiveKeepsQueryAxis, None),
+    ("additive_attention", "keeps the query axis", AdditiveKeepsQueryAxis, "kept the query axis"),
 ]

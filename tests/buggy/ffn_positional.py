@@ -94,6 +94,16 @@ def pe_pair_index_exponent(max_len, d_model):
     return pe
 
 
+def pe_odd_next_pair(max_len, d_model):
+    """Gives column 2i+1 the angle of the next pair, p / 10000^(2(i+1)/d)."""
+    pe = torch.zeros(max_len, d_model)
+    position = torch.arange(max_len).float()[:, None]
+    two_i = torch.arange(0, d_model, 2).float()
+    pe[:, 0::2] = torch.sin(position / 10000 ** (two_i / d_model))
+    pe[:, 1::2] = torch.cos(position / 10000 ** ((two_i + 2) / d_model))
+    return pe
+
+
 def pe_concatenated(max_len, d_model):
     """Concatenates all sines then all cosines instead of interleaving them."""
     position = torch.arange(max_len).float()[:, None]
@@ -130,6 +140,7 @@ CATALOGUE = [
         pe_pair_index_exponent,
         "i/d instead of 2i/d",
     ),
+    ("sinusoidal_positional_encoding", "odd column exponent", pe_odd_next_pair, "2(i+1)/d"),
     (
         "sinusoidal_positional_encoding",
         "concatenated",

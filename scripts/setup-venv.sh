@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Create (or reuse) a virtual environment with the package and its dev tools.
+#   VENV=path   where the environment lives (default: .venv in the repository)
+#   PYTHON=...  the interpreter that creates it (default: python3)
+#   TORCH_SPEC  how torch is installed when the venv has none (default: torch==2.13.0;
+#               installed FIRST, so that the project's permissive torch>=2.2 range
+#               never pulls a different build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+PYTHON="${PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+fi
+if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+    "$VENV/bin/python" -m pip install --quiet "${TORCH_SPEC:-torch==2.13.0}"
+fi
+# Re-install the project only when its metadata changed (the install is editable,
+# so code changes need no re-install).
+stamp="$VENV/.attention-course-stamp"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) $(pwd)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    "$VENV/bin/python" -m pip install --quiet -e ".[dev]"
+    "$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3" >/dev/null
+    echo "$want" > "$stamp"
+fi

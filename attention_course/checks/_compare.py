@@ -163,7 +163,6 @@ def expect_close(
     *,
     mistakes: Iterable[Mistake] = (),
     hints: Iterable[Hint] = (),
-    shape_hints: Iterable[Hint] = (),
     atol: float | None = None,
     rtol: float | None = None,
     check_dtype: bool = True,
@@ -185,7 +184,7 @@ def expect_close(
 
     if tuple(got.shape) != tuple(expected.shape):
         message = f"{name}: expected shape {fmt_shape(expected.shape)}, got {fmt_shape(got.shape)}"
-        raise CaseFailed(_explain(message, got, mistakes, list(shape_hints), atol, rtol, expected))
+        raise CaseFailed(_explain(message, got, mistakes, (), atol, rtol, expected))
 
     if check_dtype and got.dtype != expected.dtype:
         message = f"{name}: expected dtype {expected.dtype}, got {got.dtype}"

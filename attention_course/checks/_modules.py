@@ -8,7 +8,6 @@ become a failed case that lists the names the contract asks for.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -131,6 +130,3 @@ def backward_both(got: torch.Tensor, expected: torch.Tensor, seed: int = 123) ->
             "`torch.no_grad()`, `.detach()`, `.data` or `.numpy()` in the forward pass"
         )
     call_student(got.backward, upstream.to(got.dtype), what="backpropagating through your output")
-
-
-Thunk = Callable[[], object]

@@ -57,7 +57,7 @@ def _student_frame(tb) -> traceback.FrameSummary | None:
     frames = traceback.extract_tb(tb)
     for frame in reversed(frames):
         path = os.path.abspath(frame.filename)
-        if path.startswith(_CHECKS_DIR) or path.startswith(_TORCH_DIR):
+        if path.startswith(_CHECKS_DIR + os.sep) or path.startswith(_TORCH_DIR + os.sep):
             continue
         if path == _THREADING_FILE:
             continue
@@ -228,9 +228,12 @@ def _async_raise(thread: threading.Thread, exc_type: type[BaseException]) -> Non
     """Ask a runaway worker thread to stop (works when it is running Python code)."""
     if thread.ident is None:
         return
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type)
-    )
+    try:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type)
+        )
+    except Exception:  # noqa: BLE001 - not CPython: the daemon thread just runs on
+        pass
 
 
 def _run_in_thread(fn: Callable[[], object], timeout: float) -> tuple[str, object]:

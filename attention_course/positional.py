@@ -51,7 +51,7 @@ def _check_positions(x: torch.Tensor, d_model: int, max_len: int, start: int) ->
     require_float("x", x)
     if x.dim() != 3 or x.shape[-1] != d_model:
         raise ValueError(f"x: got shape {shape_str(x.shape)}, expected (B, T, {d_model})")
-    if not isinstance(start, int) or start < 0:
+    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
         raise ValueError(f"start: got {start!r}, expected a non-negative int")
     if start + x.shape[1] > max_len:
         raise ValueError(

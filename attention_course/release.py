@@ -61,14 +61,15 @@ def strip_solution(source: str, placeholder: str = CODE_PLACEHOLDER, where: str 
                 raise ReleaseError(f"{where}, line {number}: nested {BEGIN_SOLUTION!r}")
             inside = True
             indent = line[: len(line) - len(line.lstrip())]
-            newline = "\n" if line.endswith("\n") else ""
-            kept.append(indent + placeholder + newline)
+            kept.append(indent + placeholder)
         elif marker == END_SOLUTION:
             if not inside:
                 raise ReleaseError(
                     f"{where}, line {number}: {END_SOLUTION!r} without {BEGIN_SOLUTION!r}"
                 )
             inside = False
+            if line.endswith("\n"):  # the placeholder ends where the END marker ended
+                kept[-1] += "\n"
         elif not inside:
             kept.append(line)
     if inside:

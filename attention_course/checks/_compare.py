@@ -57,13 +57,16 @@ def _fmt_number(x: float) -> str:
 
 
 def fmt_shape(shape) -> str:
-    return "(" + ", ".join(str(int(s)) for s in shape) + ")"
+    """``(2, 3)``, ``(5,)`` or ``()``, as Python prints a tuple."""
+    return str(tuple(int(s) for s in shape))
 
 
 def _row_excerpt(expected: torch.Tensor, got: torch.Tensor, index: tuple[int, ...]) -> str:
     """Both tensors' rows (last axis) at ``index``, e.g. ``[0, 2, :]``."""
     if expected.dim() == 0:
         return f"expected {fmt_values(expected)}, got {fmt_values(got)}"
+    if expected.dim() == 1:
+        return f"expected {fmt_values(expected)}\ngot      {fmt_values(got)}"
     row = index[:-1]
     where = "[" + ", ".join([str(i) for i in row] + [":"]) + "]"
     return (
@@ -72,17 +75,32 @@ def _row_excerpt(expected: torch.Tensor, got: torch.Tensor, index: tuple[int, ..
     )
 
 
-def first_mistake(got, mistakes: Iterable[Mistake], atol: float, rtol: float) -> str | None:
-    """The description of the first known mistake whose output equals ``got``."""
+def first_mistake(
+    got,
+    mistakes: Iterable[Mistake],
+    atol: float,
+    rtol: float,
+    expected: torch.Tensor | None = None,
+) -> str | None:
+    """The description of the first known mistake whose output equals ``got``.
+
+    A mistake that gives the right answer on these inputs (``expected``) says
+    nothing and is skipped.
+    """
     if not isinstance(got, torch.Tensor):
         return None
-    got = got.detach()
+    got = got.detach().cpu()
     for description, compute in mistakes:
         try:
             candidate = compute()
         except Exception:  # noqa: BLE001 - a mistake that cannot be computed does not match
             continue
-        if isinstance(candidate, torch.Tensor) and _matches(got, candidate.detach(), atol, rtol):
+        if not isinstance(candidate, torch.Tensor):
+            continue
+        candidate = candidate.detach().cpu()
+        if expected is not None and _matches(expected, candidate, atol, rtol):
+            continue
+        if _matches(got, candidate, atol, rtol):
             return description
     return None
 
@@ -101,8 +119,8 @@ def _matches(got: torch.Tensor, candidate: torch.Tensor, atol: float, rtol: floa
     return bool(torch.allclose(got, candidate, atol=atol, rtol=rtol, equal_nan=True))
 
 
-def _explain(message: str, got, mistakes, hints, atol, rtol) -> str:
-    mistake = first_mistake(got, mistakes, atol, rtol)
+def _explain(message: str, got, mistakes, hints, atol, rtol, expected=None) -> str:
+    mistake = first_mistake(got, mistakes, atol, rtol, expected)
     if mistake is not None:
         return message + f"\nLikely mistake: {mistake}."
     if isinstance(got, torch.Tensor):
@@ -118,7 +136,7 @@ def _explain(message: str, got, mistakes, hints, atol, rtol) -> str:
 
 def expect_tensor(got, name: str) -> torch.Tensor:
     if not isinstance(got, torch.Tensor):
-        raise CaseFailed(f"{name} should be a torch.Tensor, got {type(got).__name__}")
+        raise CaseFailed(f"{name}: expected a torch.Tensor, got {type(got).__name__}")
     return got
 
 
@@ -129,9 +147,7 @@ def expect_tuple(got, length: int, what: str, names: Sequence[str]) -> tuple:
         hint = ""
         if isinstance(got, torch.Tensor):
             hint = f": return both, `return {', '.join(names)}`"
-        raise CaseFailed(
-            f"{what} should return a tuple {spelled}, got {type(got).__name__}{hint}"
-        )
+        raise CaseFailed(f"{what} should return a tuple {spelled}, got {type(got).__name__}{hint}")
     if len(got) != length:
         raise CaseFailed(
             f"{what} should return {length} values {spelled}, got a {type(got).__name__} "
@@ -147,10 +163,10 @@ def expect_close(
     *,
     mistakes: Iterable[Mistake] = (),
     hints: Iterable[Hint] = (),
-    shape_hints: Iterable[Hint] = (),
     atol: float | None = None,
     rtol: float | None = None,
     check_dtype: bool = True,
+    dtype_hint: str | None = None,
 ) -> torch.Tensor:
     """Fail the case unless ``got`` is a tensor equal to ``expected`` (within tolerance).
 
@@ -159,38 +175,42 @@ def expect_close(
     """
     mistakes = list(mistakes)
     hints = list(hints)
-    expect_tensor(got, name)
-    expected = expected.detach()
+    original = expect_tensor(got, name)
+    expected = expected.detach().cpu()
+    got = got.detach().cpu()  # the comparison happens on the CPU, whatever device came back
     default_atol, default_rtol = tolerances(expected.dtype)
     atol = default_atol if atol is None else atol
     rtol = default_rtol if rtol is None else rtol
 
     if tuple(got.shape) != tuple(expected.shape):
-        message = (
-            f"{name} has shape {fmt_shape(got.shape)}, expected {fmt_shape(expected.shape)}"
-        )
-        raise CaseFailed(_explain(message, got, mistakes, list(shape_hints), atol, rtol))
+        message = f"{name}: expected shape {fmt_shape(expected.shape)}, got {fmt_shape(got.shape)}"
+        raise CaseFailed(_explain(message, got, mistakes, (), atol, rtol, expected))
 
     if check_dtype and got.dtype != expected.dtype:
-        message = f"{name} has dtype {got.dtype}, expected {expected.dtype}"
-        if expected.dtype == torch.bool:
+        message = f"{name}: expected dtype {expected.dtype}, got {got.dtype}"
+        if _matches(got, expected, atol, rtol):
+            message += " (the values are right)"
+            mistakes = []  # only the dtype is wrong
+        if dtype_hint:
+            message += f": {dtype_hint}"
+        elif expected.dtype == torch.bool:
             message += " (a boolean mask: True = may attend)"
         elif expected.is_floating_point() and got.is_floating_point():
             message += (
                 " (the same dtype as the input): create new tensors with "
                 "`dtype=x.dtype, device=x.device`"
             )
-        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol))
+        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
 
     if expected.dtype == torch.bool or not expected.is_floating_point():
         if not torch.equal(got.detach().to(expected.dtype), expected):
             wrong = (got.detach().to(expected.dtype) != expected).nonzero()
             index = tuple(int(i) for i in wrong[0]) if len(wrong) else ()
-            message = f"{name} differs from the reference at {int(len(wrong))} position(s)"
+            message = f"{name}: wrong values at {int(len(wrong))} position(s)"
             if index:
                 message += "\n" + _row_excerpt(expected, got.detach().to(expected.dtype), index)
-            raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol))
-        return got
+            raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
+        return original
 
     got_values = got.detach().to(expected.dtype)
     expected_finite = torch.isfinite(expected)
@@ -199,23 +219,23 @@ def expect_close(
         index = tuple(int(i) for i in bad.nonzero()[0])
         count = int(bad.sum())
         message = (
-            f"{name} contains NaN or inf at {count} of {got.numel()} positions "
+            f"{name}: NaN or inf at {count} of {got.numel()} positions "
             f"(first at {list(index)}) where the reference is finite"
         )
         message += "\n" + _row_excerpt(expected, got_values, index)
-        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol))
+        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
 
     if not torch.allclose(got_values, expected, atol=atol, rtol=rtol, equal_nan=True):
         diff = (got_values - expected).abs().nan_to_num(nan=float("inf"))
         flat_index = int(diff.reshape(-1).argmax())
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_index), diff.shape))
         message = (
-            f"{name} differs from the reference (largest error "
+            f"{name}: wrong values (largest error "
             f"{_fmt_number(float(diff.max()))} at {list(index)})\n"
             + _row_excerpt(expected, got_values, index)
         )
-        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol))
-    return got
+        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
+    return original
 
 
 def expect_grad(got_grad, expected_grad, name: str, *, mistakes=(), atol=None, rtol=None):

@@ -8,7 +8,6 @@ become a failed case that lists the names the contract asks for.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -62,7 +61,7 @@ def build_pair(
     if not isinstance(student, nn.Module):
         raise CaseFailed(f"{what} did not build an nn.Module (got {type(student).__name__})")
     call_student(student.to, dtype, what=f"{what}.to({dtype})")
-    load_reference_weights(student, reference, what)
+    load_reference_weights(student, reference, f"your {class_name}")
     return student, reference
 
 
@@ -118,9 +117,7 @@ def compare_param_grads(student: nn.Module, reference: nn.Module, what: str) -> 
         expect_grad(mine.grad, param.grad, f"parameter `{name}`")
 
 
-def backward_both(
-    got: torch.Tensor, expected: torch.Tensor, seed: int = 123
-) -> None:
+def backward_both(got: torch.Tensor, expected: torch.Tensor, seed: int = 123) -> None:
     """Backpropagate the same random upstream gradient through both outputs."""
     generator = torch.Generator().manual_seed(seed)
     upstream = torch.randn(expected.shape, generator=generator, dtype=torch.float64).to(
@@ -133,6 +130,3 @@ def backward_both(
             "`torch.no_grad()`, `.detach()`, `.data` or `.numpy()` in the forward pass"
         )
     call_student(got.backward, upstream.to(got.dtype), what="backpropagating through your output")
-
-
-Thunk = Callable[[], object]

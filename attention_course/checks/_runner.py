@@ -22,9 +22,7 @@ from torch import nn
 
 from ._report import CaseResult, Report
 
-NOT_IMPLEMENTED_MESSAGE = (
-    "not implemented yet: replace `raise NotImplementedError` with your code"
-)
+NOT_IMPLEMENTED_MESSAGE = "not implemented yet: replace `raise NotImplementedError` with your code"
 
 _CHECKS_DIR = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
@@ -59,7 +57,7 @@ def _student_frame(tb) -> traceback.FrameSummary | None:
     frames = traceback.extract_tb(tb)
     for frame in reversed(frames):
         path = os.path.abspath(frame.filename)
-        if path.startswith(_CHECKS_DIR) or path.startswith(_TORCH_DIR):
+        if path.startswith(_CHECKS_DIR + os.sep) or path.startswith(_TORCH_DIR + os.sep):
             continue
         if path == _THREADING_FILE:
             continue
@@ -82,6 +80,20 @@ _ERROR_HINTS = (
         "same dtype",
         "the checker uses float64 inputs: create new tensors with `dtype=x.dtype` "
         "(and `device=x.device`) instead of the default float32",
+    ),
+    (
+        "before Module.__init__() call",
+        "call `super().__init__()` first thing in your `__init__`",
+    ),
+    (
+        "unexpected keyword argument",
+        "keep the signature of the exercise stub: the checker calls your code with the "
+        "contract's argument names",
+    ),
+    (
+        "positional argument",
+        "keep the signature of the exercise stub: the checker calls your code with the "
+        "contract's arguments",
     ),
     (
         "cannot be multiplied",
@@ -134,7 +146,7 @@ def call_student(
         raise NotImplementedYet(str(error)) from None
     except _TimedOut:
         raise
-    except Exception as error:  # noqa: BLE001 - any student exception becomes a failed case
+    except BaseException as error:  # noqa: BLE001 - any student exception becomes a failed case
         message = describe_exception(error, what)
         if error_hint and "\nHint:" not in message:
             message += f"\nHint: {error_hint}."
@@ -216,9 +228,12 @@ def _async_raise(thread: threading.Thread, exc_type: type[BaseException]) -> Non
     """Ask a runaway worker thread to stop (works when it is running Python code)."""
     if thread.ident is None:
         return
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type)
-    )
+    try:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type)
+        )
+    except Exception:  # noqa: BLE001 - not CPython: the daemon thread just runs on
+        pass
 
 
 def _run_in_thread(fn: Callable[[], object], timeout: float) -> tuple[str, object]:
@@ -249,6 +264,7 @@ def run_cases(target: str, cases: Sequence[Case], timeout: float) -> Report:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         timed_out_case = None
+        first_failure_with: dict[str, str] = {}  # message -> first case that failed with it
         for case in cases:
             if timed_out_case is not None:
                 report.results.append(
@@ -282,7 +298,13 @@ def run_cases(target: str, cases: Sequence[Case], timeout: float) -> Report:
                     target=report.target, results=[CaseResult("implemented", False, message)]
                 )
             elif isinstance(value, CaseFailed):
-                report.results.append(CaseResult(case.name, False, str(value)))
+                message = str(value)
+                earlier = first_failure_with.get(message)
+                if earlier is None:
+                    first_failure_with[message] = case.name
+                else:
+                    message = f"the same failure as in the case '{earlier}'"
+                report.results.append(CaseResult(case.name, False, message))
             else:
                 report.results.append(
                     CaseResult(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from attention_course import attention as ref
 
@@ -140,7 +139,9 @@ def check_soft_argmax(candidate, *, timeout: float = 10.0) -> Report:
         Case("1-D scores", _soft_argmax_case(candidate, randn(5, seed=1))),
         Case("2-D scores, rows sum to 1", _soft_argmax_case(candidate, randn(3, 5, seed=2))),
         Case("beta=2.5", _soft_argmax_case(candidate, randn(4, 6, seed=3), beta=2.5)),
-        Case("beta=0.1, 3-D scores", _soft_argmax_case(candidate, randn(2, 3, 4, seed=4), beta=0.1)),
+        Case(
+            "beta=0.1, 3-D scores", _soft_argmax_case(candidate, randn(2, 3, 4, seed=4), beta=0.1)
+        ),
         Case("dim=0", _soft_argmax_case(candidate, randn(4, 6, seed=5), dim=0)),
         Case(
             "dim=1 of a 3-D tensor, beta=3",
@@ -205,7 +206,12 @@ def _set_attention_case(candidate, X: torch.Tensor, **kwargs):
         _check_pair_order(got, expected_H, expected_A, ("H", "A"))
         variants = _set_attention_variants(X, kwargs.get("beta", 1.0), kwargs.get("hard", False))
         expect_weights_then_output(
-            got[::-1], expected_A, expected_H, variants, weights_name="A (the weights)", output_name="H"
+            got[::-1],
+            expected_A,
+            expected_H,
+            variants,
+            weights_name="A (the weights)",
+            output_name="H",
         )
 
     return run
@@ -239,7 +245,12 @@ def expect_weights_then_output(
         d: v
         for d, v in variants.items()
         if v[1].shape == got_weights.shape
-        and torch.allclose(v[1].to(torch.float64), got_weights.detach().to(torch.float64), atol=1e-6, equal_nan=True)
+        and torch.allclose(
+            v[1].to(torch.float64),
+            got_weights.detach().to(torch.float64),
+            atol=1e-6,
+            equal_nan=True,
+        )
     }
     expect_close(
         got_output,
@@ -289,7 +300,10 @@ def check_set_attention(candidate, *, timeout: float = 10.0) -> Report:
         Case("X (T, n) with T != n", _set_attention_case(candidate, randn(5, 3, seed=21))),
         Case("batched X (B, T, n)", _set_attention_case(candidate, randn(2, 4, 6, seed=22))),
         Case("beta=0.3", _set_attention_case(candidate, randn(4, 3, seed=23), beta=0.3)),
-        Case("hard=True (one-hot rows)", _set_attention_case(candidate, randn(5, 4, seed=24), hard=True)),
+        Case(
+            "hard=True (one-hot rows)",
+            _set_attention_case(candidate, randn(5, 4, seed=24), hard=True),
+        ),
         Case(
             "hard=True, batched, beta=2",
             _set_attention_case(candidate, randn(2, 3, 5, seed=25), beta=2.0, hard=True),
@@ -401,7 +415,12 @@ def _sdpa_case(candidate, q, k, v, **kwargs):
         _check_pair_order(got, expected_out, expected_w, ("output", "weights"))
         variants = _sdpa_variants(q, k, v, kwargs.get("mask"), kwargs.get("scale"))
         expect_weights_then_output(
-            got[::-1], expected_w, expected_out, variants, weights_name="weights", output_name="output"
+            got[::-1],
+            expected_w,
+            expected_out,
+            variants,
+            weights_name="weights",
+            output_name="output",
         )
 
     return run
@@ -435,7 +454,10 @@ def _sdpa_grad(candidate):
         theirs = [leaf(t) for t in (q, k, v)]
         expected, _ = ref.scaled_dot_product_attention(*theirs, mask=mask)
         got = call_student(
-            candidate, *mine, mask=mask, what="scaled_dot_product_attention(query, key, value, mask)"
+            candidate,
+            *mine,
+            mask=mask,
+            what="scaled_dot_product_attention(query, key, value, mask)",
         )
         got_out = expect_tuple(got, 2, "scaled_dot_product_attention", ("output", "weights"))[0]
         expect_close(got_out, expected, "output")
@@ -455,7 +477,11 @@ def check_scaled_dot_product_attention(candidate, *, timeout: float = 10.0) -> R
         return single_failure(target, "is a function", problem)
     B, T, S, Dk, Dv, H = 2, 3, 5, 4, 6, 3
     q3, k3, v3 = randn(B, T, Dk, seed=31), randn(B, S, Dk, seed=32), randn(B, S, Dv, seed=33)
-    q4, k4, v4 = randn(B, H, T, Dk, seed=34), randn(B, H, S, Dk, seed=35), randn(B, H, S, Dv, seed=36)
+    q4, k4, v4 = (
+        randn(B, H, T, Dk, seed=34),
+        randn(B, H, S, Dk, seed=35),
+        randn(B, H, S, Dv, seed=36),
+    )
     causal_like = random_bool(T, S, seed=37)
     lengths = torch.tensor([3, 5])
     padding = (torch.arange(S) < lengths[:, None])[:, None, None, :]  # (B, 1, 1, S)
@@ -471,8 +497,14 @@ def check_scaled_dot_product_attention(candidate, *, timeout: float = 10.0) -> R
         ),
         Case("T = 1", _sdpa_case(candidate, q3[:, :1], k3, v3)),
         Case("explicit scale=0.3", _sdpa_case(candidate, q3, k3, v3, scale=0.3)),
-        Case("bool mask (T, S) broadcast over the batch", _sdpa_case(candidate, q3, k3, v3, mask=causal_like)),
-        Case("padding mask (B, 1, 1, S) on 4-D inputs", _sdpa_case(candidate, q4, k4, v4, mask=padding)),
+        Case(
+            "bool mask (T, S) broadcast over the batch",
+            _sdpa_case(candidate, q3, k3, v3, mask=causal_like),
+        ),
+        Case(
+            "padding mask (B, 1, 1, S) on 4-D inputs",
+            _sdpa_case(candidate, q4, k4, v4, mask=padding),
+        ),
         Case(
             "fully masked query row: zero weights and zero output",
             _sdpa_case(candidate, q3, k3, v3, mask=fully_masked),
@@ -519,7 +551,13 @@ def _additive_variants(module, query, keys, values, mask) -> dict[str, tuple]:
             "your softmax runs over the query axis (dim=-2): the weights must sum to 1 over the "
             "keys"
         ] = finish(good, dim=-2)
-    elif query.shape[0] > 1:
+    else:
+        out, weights = finish(good)
+        variants[
+            "you kept the query axis: for a single query (B, Dq) return context (B, Dv) and "
+            "weights (B, S)"
+        ] = (out[:, None], weights[:, None])
+    if query.dim() == 2 and query.shape[0] > 1:
         batch_weights = _masked_softmax(good, m, dim=0)  # (B, 1, S), sums to 1 over B
         variants[
             "your softmax runs over the batch axis (dim=0): the weights must sum to 1 over the "
@@ -533,9 +571,9 @@ def _additive_variants(module, query, keys, values, mask) -> dict[str, tuple]:
         variants["the mask is ignored: fill the scores of masked keys with -inf"] = finish(
             good, ignore_mask=True
         )
-        variants[
-            "a fully masked row gives NaN: give such rows zero weights and a zero context"
-        ] = finish(good, fill="nan")
+        variants["a fully masked row gives NaN: give such rows zero weights and a zero context"] = (
+            finish(good, fill="nan")
+        )
     return variants
 
 
@@ -566,7 +604,12 @@ def _additive_case(candidate, query, keys, values, mask=None, dims=(3, 5, 4)):
         with torch.no_grad():
             variants = _additive_variants(reference, query, keys, values, mask)
         expect_weights_then_output(
-            got[::-1], expected_w, expected_ctx, variants, weights_name="weights", output_name="context"
+            got[::-1],
+            expected_w,
+            expected_ctx,
+            variants,
+            weights_name="weights",
+            output_name="context",
         )
 
     return run
@@ -575,7 +618,11 @@ def _additive_case(candidate, query, keys, values, mask=None, dims=(3, 5, 4)):
 def _additive_grad(candidate):
     def run():
         student, reference = build_pair(candidate, ref.AdditiveAttention, (3, 5, 4))
-        query, keys, values = randn(2, 2, 3, seed=61), randn(2, 4, 5, seed=62), randn(2, 4, 6, seed=63)
+        query, keys, values = (
+            randn(2, 2, 3, seed=61),
+            randn(2, 4, 5, seed=62),
+            randn(2, 4, 6, seed=63),
+        )
         mask = random_bool(2, 1, 4, seed=64)
         mine = [leaf(t) for t in (query, keys, values)]
         theirs = [leaf(t) for t in (query, keys, values)]
@@ -614,7 +661,10 @@ def check_additive_attention(candidate, *, timeout: float = 10.0) -> Report:
             _additive_case(candidate, q3, keys, values),
         ),
         Case("S = 1", _additive_case(candidate, q3, keys[:, :1], values[:, :1])),
-        Case("padding mask (B, S) with query (B, Dq)", _additive_case(candidate, q2, keys, values, mask2)),
+        Case(
+            "padding mask (B, S) with query (B, Dq)",
+            _additive_case(candidate, q2, keys, values, mask2),
+        ),
         Case(
             "mask (B, 1, S) broadcast over T queries",
             _additive_case(candidate, q3, keys, values, mask3),

@@ -31,7 +31,10 @@ def _ffn_mistakes(module, x: torch.Tensor):
     ]
     if module.activation == "gelu":
         mistakes += [
-            ("the `activation` argument is ignored: activation='gelu' asks for F.gelu", lambda: l2(F.relu(l1(x)))),
+            (
+                "the `activation` argument is ignored: activation='gelu' asks for F.gelu",
+                lambda: l2(F.relu(l1(x))),
+            ),
             (
                 "you used the tanh approximation of GELU: use the exact F.gelu(x)",
                 lambda: l2(F.gelu(l1(x), approximate="tanh")),
@@ -75,7 +78,10 @@ def check_positionwise_feed_forward(candidate, *, timeout: float = 10.0) -> Repo
     cases = [
         Case("(B, T, D) input, relu", _ffn_case(candidate, relu, x)),
         Case("T = 1", _ffn_case(candidate, relu, x[:, :1])),
-        Case("2-D input (N, D)", _ffn_case(candidate, {"d_model": 6, "d_ff": 4}, randn(5, 6, seed=142))),
+        Case(
+            "2-D input (N, D)",
+            _ffn_case(candidate, {"d_model": 6, "d_ff": 4}, randn(5, 6, seed=142)),
+        ),
         Case(
             "activation='gelu'",
             _ffn_case(candidate, {"d_model": 8, "d_ff": 16, "activation": "gelu"}, x),
@@ -84,6 +90,9 @@ def check_positionwise_feed_forward(candidate, *, timeout: float = 10.0) -> Repo
             "dropout=0.5 is off in eval mode",
             _ffn_case(candidate, {"d_model": 8, "d_ff": 16, "dropout": 0.5}, x),
         ),
-        Case("gradients reach every parameter and x", _ffn_case(candidate, relu, x, grad=True, train=True)),
+        Case(
+            "gradients reach every parameter and x",
+            _ffn_case(candidate, relu, x, grad=True, train=True),
+        ),
     ]
     return run_cases(target, cases, timeout)

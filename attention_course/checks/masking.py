@@ -45,7 +45,11 @@ def _causal_case(candidate, size: int, with_device: bool = False):
         what = f"causal_mask({size}" + (", device=torch.device('cpu'))" if with_device else ")")
         got = call_student(candidate, size, what=what, **kwargs)
         mistakes = _causal_mistakes(size)
-        if isinstance(got, torch.Tensor) and got.dtype != torch.bool and got.shape == expected.shape:
+        if (
+            isinstance(got, torch.Tensor)
+            and got.dtype != torch.bool
+            and got.shape == expected.shape
+        ):
             # Name the logic mistake too when the dtype is also wrong.
             try:
                 bool_got = got.detach().bool()
@@ -114,7 +118,11 @@ def _padding_case(candidate, lengths: list[int], max_len: int | None = None):
         )
         got = call_student(candidate, *args, what=what, arg_names=("lengths",))
         mistakes = _padding_mistakes(lengths_t, max_len)
-        if isinstance(got, torch.Tensor) and got.dtype != torch.bool and got.shape == expected.shape:
+        if (
+            isinstance(got, torch.Tensor)
+            and got.dtype != torch.bool
+            and got.shape == expected.shape
+        ):
             try:
                 same = torch.equal(got.detach().bool(), expected)
             except Exception:  # noqa: BLE001

@@ -98,9 +98,7 @@ def check_split_heads(candidate, *, timeout: float = 10.0) -> Report:
         Case("H = 4", _split_case(candidate, (2, 5, 8), 4, seed=73)),
         Case("B = 1, T = 5, D = 6, H = 3", _split_case(candidate, (1, 5, 6), 3, seed=74)),
         Case("T = 1", _split_case(candidate, (3, 1, 8), 2, seed=75)),
-        Case(
-            "gradient flows to x", _split_case(candidate, (2, 3, 8), 2, seed=76, grad=True)
-        ),
+        Case("gradient flows to x", _split_case(candidate, (2, 3, 8), 2, seed=76, grad=True)),
     ]
     return run_cases("split_heads", cases, timeout)
 
@@ -110,7 +108,9 @@ def _merge_case(candidate, shape: tuple[int, int, int, int], seed: int, grad: bo
         x = randn(*shape, seed=seed)
         mine, theirs = (leaf(x), leaf(x)) if grad else (x, x)
         expected = ref.merge_heads(theirs)
-        got = call_student(candidate, mine, what=f"merge_heads(x {fmt_shape(shape)})", arg_names=("x",))
+        got = call_student(
+            candidate, mine, what=f"merge_heads(x {fmt_shape(shape)})", arg_names=("x",)
+        )
         expect_close(got, expected, "the result", mistakes=_merge_mistakes(x))
         if grad:
             backward_both(got, expected)
@@ -122,10 +122,13 @@ def _merge_case(candidate, shape: tuple[int, int, int, int], seed: int, grad: bo
 def _merge_roundtrip(candidate):
     def run():
         x = randn(2, 5, 6, seed=86)
-        got = call_student(
-            candidate, ref.split_heads(x, 3), what="merge_heads(split_heads(x, 3))"
+        got = call_student(candidate, ref.split_heads(x, 3), what="merge_heads(split_heads(x, 3))")
+        expect_close(
+            got,
+            x,
+            "merge_heads(split_heads(x, 3))",
+            mistakes=_merge_mistakes(ref.split_heads(x, 3)),
         )
-        expect_close(got, x, "merge_heads(split_heads(x, 3))", mistakes=_merge_mistakes(ref.split_heads(x, 3)))
 
     return run
 
@@ -193,6 +196,9 @@ def _mha_variants(module, query, key, value, mask) -> dict[str, tuple]:
     if module.num_heads > 1:
         variants[_SPLIT_NO_TRANSPOSE] = v(split="no-transpose")
         variants[_MERGE_NO_TRANSPOSE] = v(merge="no-transpose")
+        variants[_SPLIT_NO_TRANSPOSE + " (and merged back the same way)"] = v(
+            split="no-transpose", merge="no-transpose"
+        )
         variants[
             "the scores are scaled by 1/sqrt(d_model): each head has width d_head = d_model / H, "
             "so scale by 1/sqrt(d_head)"
@@ -214,9 +220,10 @@ def _mha_variants(module, query, key, value, mask) -> dict[str, tuple]:
             "output)"
         ] = v(fill="nan")
     good = v()
-    variants[
-        "the weights are averaged over the heads: return one map per head, (B, H, T, S)"
-    ] = (good[0], good[1].mean(dim=1))
+    variants["the weights are averaged over the heads: return one map per head, (B, H, T, S)"] = (
+        good[0],
+        good[1].mean(dim=1),
+    )
     return variants
 
 
@@ -232,7 +239,9 @@ def _mha_case(candidate, init: dict, shapes, mask=None, need_weights=True, train
         query = randn(B, T, D, seed=91)
         key = randn(B, S, kdim, seed=92)
         value = randn(B, S, vdim, seed=93)
-        expected_out, expected_w = reference(query, key, value, mask=mask, need_weights=need_weights)
+        expected_out, expected_w = reference(
+            query, key, value, mask=mask, need_weights=need_weights
+        )
         kwargs = {}
         if mask is not None:
             kwargs["mask"] = mask
@@ -247,18 +256,28 @@ def _mha_case(candidate, init: dict, shapes, mask=None, need_weights=True, train
             variants = _mha_variants(reference, query, key, value, mask)
         if need_weights:
             expect_weights_then_output(
-                got[::-1], expected_w, expected_out, variants, weights_name="weights",
+                got[::-1],
+                expected_w,
+                expected_out,
+                variants,
+                weights_name="weights",
                 output_name="output",
             )
         else:
             expect_close(
-                got[0], expected_out, "output",
+                got[0],
+                expected_out,
+                "output",
                 mistakes=[(d, lambda v=v: v[0]) for d, v in variants.items()],
             )
             if got[1] is not None:
                 raise CaseFailed(
                     "with need_weights=False the weights must be None, got "
-                    + (fmt_shape(got[1].shape) if isinstance(got[1], torch.Tensor) else type(got[1]).__name__)
+                    + (
+                        fmt_shape(got[1].shape)
+                        if isinstance(got[1], torch.Tensor)
+                        else type(got[1]).__name__
+                    )
                 )
 
     return run
@@ -292,9 +311,7 @@ def _mha_attributes(candidate):
         for name, value in (("num_heads", 3), ("d_head", 4)):
             got = getattr(student, name, None)
             if got != value:
-                raise CaseFailed(
-                    f"MultiHeadAttention(12, 3).{name} should be {value}, got {got!r}"
-                )
+                raise CaseFailed(f"MultiHeadAttention(12, 3).{name} should be {value}, got {got!r}")
 
     return run
 
@@ -308,6 +325,7 @@ def check_multi_head_attention(candidate, *, timeout: float = 10.0) -> Report:
         return single_failure(target, "is an nn.Module class", problem)
     B, T, S = 2, 4, 6
     causal = torch.ones(T, T, dtype=torch.bool).tril()
+    additive = torch.zeros(T, T, dtype=torch.float64).masked_fill(~causal, float("-inf"))
     padding = (torch.arange(S) < torch.tensor([4, 6])[:, None])[:, None, None, :]  # (B,1,1,S)
     fully = random_bool(B, 1, T, S, seed=98)
     fully[1, 0, 2] = False
@@ -336,6 +354,10 @@ def check_multi_head_attention(candidate, *, timeout: float = 10.0) -> Report:
             _mha_case(candidate, {**base, "bias": False}, ((B, T, S), 8, 8)),
         ),
         Case("causal mask (T, T)", _mha_case(candidate, base, ((B, T, T), 8, 8), mask=causal)),
+        Case(
+            "float additive causal mask (0 / -inf)",
+            _mha_case(candidate, base, ((B, T, T), 8, 8), mask=additive),
+        ),
         Case(
             "padding mask (B, 1, 1, S)",
             _mha_case(candidate, cross, ((B, T, S), 5, 7), mask=padding),

@@ -139,7 +139,10 @@ def check_layer_norm(candidate, *, timeout: float = 10.0) -> Report:
     tiny = 5.0 + 1e-3 * randn(2, 3, 8, seed=102)  # variance 1e-6, below eps = 1e-5
     cases = [
         Case("parameters shaped like normalized_shape", _layer_norm_state(candidate)),
-        Case("(B, T, D) input, normalized_shape=D (an int)", _layer_norm_case(candidate, {"normalized_shape": 8}, x)),
+        Case(
+            "(B, T, D) input, normalized_shape=D (an int)",
+            _layer_norm_case(candidate, {"normalized_shape": 8}, x),
+        ),
         Case(
             "multi-axis normalized_shape=(T, D)",
             _layer_norm_case(candidate, {"normalized_shape": (3, 8)}, x),
@@ -304,7 +307,13 @@ def _batch_norm_case(candidate, init: dict, three_d: bool, seed: int, what: str,
 
         for step, x in enumerate(steps):
             expected = reference(x)
-            got = call_student(student, x, what=f"bn(x) at training step {step + 1}", arg_names=("x",))
+            got = call_student(
+                student,
+                x,
+                what=f"bn(x) at training step {step + 1}",
+                arg_names=("x",),
+                error_hint=_BN_3D_DIMS if three_d else None,
+            )
             if what == "train":
                 expect_close(
                     got,
@@ -326,27 +335,43 @@ def _batch_norm_case(candidate, init: dict, three_d: bool, seed: int, what: str,
                         f"`{name}` after training step {step + 1}",
                         mistakes=simulated((key, step)),
                     )
-                tracked = getattr(student, "num_batches_tracked", None)
-                if not isinstance(tracked, torch.Tensor) or int(tracked) != step + 1:
+                tracked = _count(student)
+                if tracked != step + 1:
                     raise CaseFailed(
                         f"`num_batches_tracked` should be {step + 1} after {step + 1} training "
-                        f"step(s), got {tracked if not isinstance(tracked, torch.Tensor) else int(tracked)}: "
-                        "add 1 to it at every training forward pass"
+                        f"step(s), got {tracked}: add 1 to it at every training forward pass"
                     )
         if what == "eval":
             student.eval()
             reference.eval()
             expected = reference(eval_x)
             got = call_student(student, eval_x, what="bn(x) in eval mode", arg_names=("x",))
-            expect_close(
-                got, expected, "the eval-mode output", mistakes=simulated(("eval", None))
-            )
+            expect_close(got, expected, "the eval-mode output", mistakes=simulated(("eval", None)))
+            tracked = _count(student)
             again = call_student(student, eval_x, what="bn(x) in eval mode", arg_names=("x",))
-            if not torch.equal(getattr(student, "num_batches_tracked", torch.tensor(3)), torch.tensor(3)):
-                raise CaseFailed("num_batches_tracked must not change in eval mode")
-            expect_close(again, expected, "the eval-mode output on a second call")
+            if _count(student) != tracked:
+                raise CaseFailed(
+                    "num_batches_tracked changed in eval mode: update the running statistics "
+                    "and the counter only when self.training is True"
+                )
+            expect_close(
+                again,
+                expected,
+                "the eval-mode output on a second call",
+                hints=[
+                    lambda _: (
+                        "the running statistics must not change in eval mode: update them "
+                        "only when self.training is True"
+                    )
+                ],
+            )
 
     return run
+
+
+def _count(module) -> int | None:
+    tracked = getattr(module, "num_batches_tracked", None)
+    return int(tracked) if isinstance(tracked, torch.Tensor) and tracked.numel() == 1 else None
 
 
 def _pick(simulation: dict, index_or_key):
@@ -361,7 +386,7 @@ def _batch_norm_grad(candidate):
         x = _batch_inputs(3, True, seed=121)[0]
         mine, theirs = leaf(x), leaf(x)
         expected = reference(theirs)
-        got = call_student(student, mine, what="bn(x)", arg_names=("x",))
+        got = call_student(student, mine, what="bn(x)", arg_names=("x",), error_hint=_BN_3D_DIMS)
         expect_close(got, expected, "the training-mode output")
         backward_both(got, expected)
         compare_param_grads(student, reference, "BatchNorm1d")
@@ -382,10 +407,20 @@ def _batch_norm_fresh_eval(candidate):
             got,
             expected,
             "the eval-mode output of a fresh module (running_mean 0, running_var 1)",
-            mistakes=[(_BN_EVAL_BATCH, lambda: _simulate_batch_norm(
-                reference.weight.detach(), reference.bias.detach(), [], x, 0.1, 1e-5,
-                eval_batch=True,
-            )[3])],
+            mistakes=[
+                (
+                    _BN_EVAL_BATCH,
+                    lambda: _simulate_batch_norm(
+                        reference.weight.detach(),
+                        reference.bias.detach(),
+                        [],
+                        x,
+                        0.1,
+                        1e-5,
+                        eval_batch=True,
+                    )[3],
+                )
+            ],
         )
 
     return run
@@ -401,12 +436,18 @@ def check_batch_norm(candidate, *, timeout: float = 10.0) -> Report:
     two = {"num_features": 4}
     three = {"num_features": 3, "eps": 1e-3, "momentum": 0.3}
     cases = [
-        Case("2-D input (B, C): training outputs", _batch_norm_case(candidate, two, False, 111, "train")),
+        Case(
+            "2-D input (B, C): training outputs",
+            _batch_norm_case(candidate, two, False, 111, "train"),
+        ),
         Case(
             "2-D input: running_mean, running_var, num_batches_tracked over 3 steps",
             _batch_norm_case(candidate, two, False, 111, "running"),
         ),
-        Case("2-D input: eval uses the running statistics", _batch_norm_case(candidate, two, False, 111, "eval")),
+        Case(
+            "2-D input: eval uses the running statistics",
+            _batch_norm_case(candidate, two, False, 111, "eval"),
+        ),
         Case(
             "3-D input (B, C, L), eps=1e-3, momentum=0.3: training outputs",
             _batch_norm_case(candidate, three, True, 115, "train"),
@@ -415,7 +456,10 @@ def check_batch_norm(candidate, *, timeout: float = 10.0) -> Report:
             "3-D input: running statistics over 3 steps",
             _batch_norm_case(candidate, three, True, 115, "running"),
         ),
-        Case("3-D input: eval uses the running statistics", _batch_norm_case(candidate, three, True, 115, "eval")),
+        Case(
+            "3-D input: eval uses the running statistics",
+            _batch_norm_case(candidate, three, True, 115, "eval"),
+        ),
         Case(
             "tiny-variance input (variance below eps)",
             _batch_norm_case(candidate, two, False, 119, "train", tiny=True),

@@ -11,8 +11,9 @@ from ._report import Report
 from ._runner import Case, call_student, function_problem, run_cases, single_failure
 
 
-def _table(max_len: int, d_model: int, *, exponent, swap=False, base=10000.0, start=0,
-           interleave=True):
+def _table(
+    max_len: int, d_model: int, *, exponent, swap=False, base=10000.0, start=0, interleave=True
+):
     """A sinusoidal table built with a given exponent rule for column j."""
     p = torch.arange(start, start + max_len, dtype=torch.float64)[:, None]  # (L, 1)
     j = torch.arange(d_model, dtype=torch.float64)  # (D,)
@@ -75,9 +76,19 @@ def _pe_case(candidate, max_len: int, d_model: int):
     def run():
         expected = ref.sinusoidal_positional_encoding(max_len, d_model)
         got = call_student(
-            candidate, max_len, d_model, what=f"sinusoidal_positional_encoding({max_len}, {d_model})"
+            candidate,
+            max_len,
+            d_model,
+            what=f"sinusoidal_positional_encoding({max_len}, {d_model})",
         )
-        expect_close(got, expected, "the table", mistakes=_pe_mistakes(max_len, d_model, expected.dtype))
+        expect_close(
+            got,
+            expected,
+            "the table",
+            mistakes=_pe_mistakes(max_len, d_model, expected.dtype),
+            dtype_hint="return torch's default dtype (float32 unless changed); convert with "
+            "`.to(torch.get_default_dtype())`",
+        )
 
     return run
 

@@ -7,7 +7,7 @@ import torch
 from attention_course import transformer as ref
 
 from ._compare import expect_close, expect_grad
-from ._data import leaf, randn, random_bool
+from ._data import leaf, randn
 from ._modules import backward_both, build_pair, compare_param_grads
 from ._report import Report
 from ._runner import Case, CaseFailed, call_student, class_problem, run_cases, single_failure
@@ -54,14 +54,23 @@ def _encoder_variants(module, x, mask, norm_first: bool) -> list[tuple[str, call
 
     good = pre if norm_first else post
     variants = [
-        (_POST_WHEN_PRE if norm_first else _PRE_WHEN_POST, lambda: (post if norm_first else pre)(x)),
+        (
+            _POST_WHEN_PRE if norm_first else _PRE_WHEN_POST,
+            lambda: (post if norm_first else pre)(x),
+        ),
         (
             "the residual connection around self-attention is missing",
             lambda: good(x, res1=False),
         ),
-        ("the residual connection around the feed-forward network is missing", lambda: good(x, res2=False)),
+        (
+            "the residual connection around the feed-forward network is missing",
+            lambda: good(x, res2=False),
+        ),
         ("both residual connections are missing", lambda: good(x, res1=False, res2=False)),
-        ("norm1 and norm2 are swapped: norm1 goes with self-attention, norm2 with the FFN", lambda: good(x, n1=n2, n2=n1)),
+        (
+            "norm1 and norm2 are swapped: norm1 goes with self-attention, norm2 with the FFN",
+            lambda: good(x, n1=n2, n2=n1),
+        ),
     ]
     if norm_first:
         variants += [
@@ -76,9 +85,7 @@ def _encoder_variants(module, x, mask, norm_first: bool) -> list[tuple[str, call
             ),
         ]
     else:
-        variants.append(
-            (_NORM_ON_SUBLAYER, lambda: (lambda y: y + n2(ffn(y)))(x + n1(sa(x))))
-        )
+        variants.append((_NORM_ON_SUBLAYER, lambda: (lambda y: y + n2(ffn(y)))(x + n1(sa(x)))))
     if mask is not None:
         variants.append(("the mask is not passed to self-attention", lambda: good(x, sa=no_mask)))
     return variants
@@ -96,8 +103,11 @@ def _encoder_case(candidate, init: dict, x, mask=None, grad=False, train=False):
         expected = reference(theirs, mask)
         kwargs = {} if mask is None else {"mask": mask}
         got = call_student(
-            student, mine, what="layer(x" + (", mask)" if mask is not None else ")"),
-            arg_names=("x",), **kwargs
+            student,
+            mine,
+            what="layer(x" + (", mask)" if mask is not None else ")"),
+            arg_names=("x",),
+            **kwargs,
         )
         with torch.no_grad():
             variants = _encoder_variants(reference, x, mask, init.get("norm_first", False))
@@ -116,13 +126,14 @@ def _attributes_case(candidate, reference_cls, names, init):
         missing = [name for name in names if not hasattr(student, name)]
         if missing:
             raise CaseFailed(
-                "missing attribute(s): " + ", ".join(f"`{n}`" for n in missing)
+                "missing attribute(s): "
+                + ", ".join(f"`{n}`" for n in missing)
                 + f"; the contract names them {', '.join(names)}"
             )
-        if getattr(student, "norm_first") is not init.get("norm_first", False):
+        if student.norm_first is not init.get("norm_first", False):
             raise CaseFailed(
                 f"`norm_first` should be {init.get('norm_first', False)}, got "
-                f"{getattr(student, 'norm_first')!r}"
+                f"{student.norm_first!r}"
             )
 
     return run
@@ -142,17 +153,26 @@ def check_encoder_layer(candidate, *, timeout: float = 10.0) -> Report:
     padding = (torch.arange(T) < torch.tensor([3, 5])[:, None])[:, None, None, :]  # (B,1,1,T)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     cases = [
-        Case("attributes (self_attn, ffn, norm1, norm2, norm_first)", _attributes_case(candidate, ref.EncoderLayer, _ENCODER_ATTRIBUTES, pre)),
+        Case(
+            "attributes (self_attn, ffn, norm1, norm2, norm_first)",
+            _attributes_case(candidate, ref.EncoderLayer, _ENCODER_ATTRIBUTES, pre),
+        ),
         Case("post-norm (norm_first=False)", _encoder_case(candidate, post, x)),
         Case("pre-norm (norm_first=True)", _encoder_case(candidate, pre, x)),
-        Case("post-norm with a padding mask (B, 1, 1, T)", _encoder_case(candidate, post, x, padding)),
+        Case(
+            "post-norm with a padding mask (B, 1, 1, T)", _encoder_case(candidate, post, x, padding)
+        ),
         Case("pre-norm with a causal mask (T, T)", _encoder_case(candidate, pre, x, causal)),
         Case("T = 1", _encoder_case(candidate, post, x[:, :1])),
         Case(
             "H = 1",
-            _encoder_case(candidate, {**post, "d_model": 6, "num_heads": 1}, randn(B, T, 6, seed=152)),
+            _encoder_case(
+                candidate, {**post, "d_model": 6, "num_heads": 1}, randn(B, T, 6, seed=152)
+            ),
         ),
-        Case("dropout=0.2 is off in eval mode", _encoder_case(candidate, {**post, "dropout": 0.2}, x)),
+        Case(
+            "dropout=0.2 is off in eval mode", _encoder_case(candidate, {**post, "dropout": 0.2}, x)
+        ),
         Case(
             "gradients reach every parameter and x (post-norm)",
             _encoder_case(candidate, post, x, padding, grad=True, train=True),
@@ -205,10 +225,22 @@ def _decoder_variants(module, x, memory, tgt_mask, memory_mask, norm_first: bool
     variants = [
         (_QUERIES_FROM_MEMORY, lambda: good(x, ca=lambda q: ca(memory, q))),
         (_KV_FROM_X, lambda: good(x, ca=lambda q: ca(q, q))),
-        (_POST_WHEN_PRE if norm_first else _PRE_WHEN_POST, lambda: (post if norm_first else pre)(x)),
-        ("the residual connection around self-attention is missing", lambda: good(x, res=(False, True, True))),
-        ("the residual connection around cross-attention is missing", lambda: good(x, res=(True, False, True))),
-        ("the residual connection around the feed-forward network is missing", lambda: good(x, res=(True, True, False))),
+        (
+            _POST_WHEN_PRE if norm_first else _PRE_WHEN_POST,
+            lambda: (post if norm_first else pre)(x),
+        ),
+        (
+            "the residual connection around self-attention is missing",
+            lambda: good(x, res=(False, True, True)),
+        ),
+        (
+            "the residual connection around cross-attention is missing",
+            lambda: good(x, res=(True, False, True)),
+        ),
+        (
+            "the residual connection around the feed-forward network is missing",
+            lambda: good(x, res=(True, True, False)),
+        ),
         (
             "norm2 and norm3 are swapped: norm1 goes with self-attention, norm2 with "
             "cross-attention, norm3 with the FFN",
@@ -244,7 +276,9 @@ _DECODER_ERROR_HINT = (
 )
 
 
-def _decoder_case(candidate, init, x, memory, tgt_mask=None, memory_mask=None, grad=False, train=False):
+def _decoder_case(
+    candidate, init, x, memory, tgt_mask=None, memory_mask=None, grad=False, train=False
+):
     def run():
         student, reference = build_pair(candidate, ref.DecoderLayer, kwargs=init)
         student.train(train)
@@ -303,7 +337,9 @@ def check_decoder_layer(candidate, *, timeout: float = 10.0) -> Report:
             "attributes (self_attn, cross_attn, ffn, norm1..3, norm_first)",
             _attributes_case(candidate, ref.DecoderLayer, _DECODER_ATTRIBUTES, pre),
         ),
-        Case("post-norm, causal tgt_mask, T != S", _decoder_case(candidate, post, x, memory, causal)),
+        Case(
+            "post-norm, causal tgt_mask, T != S", _decoder_case(candidate, post, x, memory, causal)
+        ),
         Case("pre-norm, causal tgt_mask, T != S", _decoder_case(candidate, pre, x, memory, causal)),
         Case("no masks", _decoder_case(candidate, post, x, memory)),
         Case(
@@ -315,10 +351,15 @@ def check_decoder_layer(candidate, *, timeout: float = 10.0) -> Report:
             _decoder_case(candidate, pre, square, memory),
         ),
         Case("T = 1", _decoder_case(candidate, post, x[:, :1], memory)),
-        Case("dropout=0.2 is off in eval mode", _decoder_case(candidate, {**post, "dropout": 0.2}, x, memory, causal)),
+        Case(
+            "dropout=0.2 is off in eval mode",
+            _decoder_case(candidate, {**post, "dropout": 0.2}, x, memory, causal),
+        ),
         Case(
             "gradients reach every parameter, x and memory (post-norm)",
-            _decoder_case(candidate, post, x, memory, causal, memory_padding, grad=True, train=True),
+            _decoder_case(
+                candidate, post, x, memory, causal, memory_padding, grad=True, train=True
+            ),
         ),
         Case(
             "gradients reach every parameter, x and memory (pre-norm)",

@@ -27,9 +27,10 @@ import copy
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import nbformat
-from nbformat import NotebookNode
+if TYPE_CHECKING:  # nbformat and nbclient come with the `dev` extra; imported when used
+    from nbformat import NotebookNode
 
 BEGIN_SOLUTION = "### BEGIN SOLUTION"
 END_SOLUTION = "### END SOLUTION"
@@ -196,6 +197,8 @@ def release(
 
     Returns the list of differences found in check mode (empty otherwise).
     """
+    import nbformat
+
     solution = nbformat.read(solution_path, as_version=4)
     student = make_student_notebook(solution)
     target = student_path(solution_path)
@@ -247,6 +250,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Carry out a parsed ``release`` command; return the exit status."""
+    try:
+        import nbclient  # noqa: F401
+        import nbformat  # noqa: F401
+    except ImportError as err:
+        print(f"release: {err.name} is missing: pip install 'attention-course[dev]'")
+        return 2
     paths = args.solutions or default_solutions()
     if not paths:
         print("release: no solution notebooks found (looked in exercises/solutions/)")

@@ -447,14 +447,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"grade: {err.name} is missing: pip install 'attention-course[dev]'", file=sys.stderr)
         return 2
     try:
-        nbformat.read(args.submission, as_version=4)
+        nb = nbformat.read(args.submission, as_version=4)
     except (OSError, ValueError) as err:  # missing file, not JSON, not a notebook
         print(f"grade: cannot read {args.submission}: {err}", file=sys.stderr)
         return 2
-    grade = grade_notebook(args.submission, timeout=args.timeout)
-    if not grade.tasks:
+    if not find_tasks(nb):
         print(f"grade: {args.submission} lists no exercise tasks", file=sys.stderr)
         return 2
+    grade = grade_notebook(args.submission, timeout=args.timeout)
     if args.json:
         print(json.dumps(grade.to_dict(), indent=2, ensure_ascii=False))
     else:

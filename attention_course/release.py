@@ -171,6 +171,14 @@ def student_path(solution_path: Path) -> Path:
     return solution_path.parent.parent / solution_path.name
 
 
+_WHAT = {
+    "cell_type": "the cell type differs",
+    "source": "the source differs",
+    "metadata": "the metadata differs",
+    "outputs": "the outputs differ",
+}
+
+
 def differences(expected: NotebookNode, committed: NotebookNode, outputs: bool = True) -> list[str]:
     """Say in words where ``committed`` differs from ``expected`` (empty when equal)."""
     want, have = normalise(expected), normalise(committed)
@@ -182,7 +190,7 @@ def differences(expected: NotebookNode, committed: NotebookNode, outputs: bool =
     for index, (a, b) in enumerate(zip(want["cells"], have["cells"], strict=False)):
         for key in ("cell_type", "source", "metadata") + (("outputs",) if outputs else ()):
             if a.get(key) != b.get(key):
-                problems.append(f"cell {index}: {key} differs")
+                problems.append(f"cell {index}: {_WHAT[key]}")
     return problems
 
 
@@ -192,14 +200,21 @@ def release(
     check: bool = False,
     execute: bool = True,
     timeout: float = DEFAULT_CELL_TIMEOUT,
+    refresh_solution: bool = False,
 ) -> list[str]:
     """Generate (or with ``check=True`` only compare) the student copy of one notebook.
 
-    Returns the list of differences found in check mode (empty otherwise).
+    With ``refresh_solution=True`` the solved notebook is first re-executed and written
+    back, so that its outputs follow a changed checker. Returns the list of differences
+    found in check mode (empty otherwise).
     """
     import nbformat
 
     solution = nbformat.read(solution_path, as_version=4)
+    if refresh_solution and not check:
+        execute_notebook(solution, cwd=solution_path.parent, timeout=timeout)
+        nbformat.validate(solution)
+        nbformat.write(solution, solution_path)
     student = make_student_notebook(solution)
     target = student_path(solution_path)
     if execute:
@@ -240,6 +255,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="skip executing the student copies (with --check: compare sources and metadata only)",
     )
     parser.add_argument(
+        "--refresh-solutions",
+        action="store_true",
+        help="also re-execute the solved notebooks in place (after a checker changed)",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_CELL_TIMEOUT,
@@ -251,8 +271,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Carry out a parsed ``release`` command; return the exit status."""
     try:
-        import nbclient  # noqa: F401
         import nbformat  # noqa: F401
+        from nbclient.exceptions import CellExecutionError, CellTimeoutError
     except ImportError as err:
         print(f"release: {err.name} is missing: pip install 'attention-course[dev]'")
         return 2
@@ -264,10 +284,14 @@ def run(args: argparse.Namespace) -> int:
     for path in paths:
         try:
             problems = release(
-                path, check=args.check, execute=not args.no_execute, timeout=args.timeout
+                path,
+                check=args.check,
+                execute=not args.no_execute,
+                timeout=args.timeout,
+                refresh_solution=args.refresh_solutions,
             )
-        except ReleaseError as err:
-            print(f"{path}: {err}")
+        except (ReleaseError, CellExecutionError, CellTimeoutError) as err:
+            print(f"{path}: {str(err).strip()[-2000:]}")
             stale.append(path)
             continue
         if args.check:

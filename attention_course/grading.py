@@ -245,12 +245,15 @@ class _Runner:
     def __init__(self, nb: NotebookNode, cwd: Path, timeout: float, kernel_name: str):
         from nbclient import NotebookClient
 
+        from .release import current_env_kernel_manager
+
         self.timeout = timeout
         self.replies: dict[int, dict] = {}
         self.client = NotebookClient(
             nb,
             timeout=int(max(1, round(timeout))),
             kernel_name=kernel_name,
+            kernel_manager_class=current_env_kernel_manager(),
             allow_errors=True,
             interrupt_on_timeout=True,
             error_on_timeout={

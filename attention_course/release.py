@@ -109,6 +109,33 @@ def make_student_notebook(solution: NotebookNode) -> NotebookNode:
     return student
 
 
+def current_env_kernel_manager() -> type:
+    """A kernel manager class whose ``python3`` kernel runs this very interpreter.
+
+    The kernel must import the same ``attention_course`` and torch as the command that
+    starts it, whatever ``python3`` kernelspec happens to be installed on the machine
+    (``pytest --nbval-current-env`` does the same for the tests).
+    """
+    import ipykernel.kernelspec
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import AsyncKernelManager
+
+    class CurrentEnvSpecs(KernelSpecManager):
+        def get_kernel_spec(self, kernel_name):
+            if kernel_name == KERNEL_SPEC["name"]:
+                return self.kernel_spec_class(
+                    resource_dir=ipykernel.kernelspec.RESOURCES,
+                    **ipykernel.kernelspec.get_kernel_dict(),
+                )
+            return super().get_kernel_spec(kernel_name)
+
+    class CurrentEnvKernelManager(AsyncKernelManager):
+        def _kernel_spec_manager_default(self):
+            return CurrentEnvSpecs(data_dir=self.data_dir)
+
+    return CurrentEnvKernelManager
+
+
 def execute_notebook(
     nb: NotebookNode, cwd: Path, timeout: float = DEFAULT_CELL_TIMEOUT
 ) -> NotebookNode:
@@ -124,6 +151,7 @@ def execute_notebook(
         nb,
         timeout=int(timeout),
         kernel_name=KERNEL_SPEC["name"],
+        kernel_manager_class=current_env_kernel_manager(),
         resources={"metadata": {"path": str(cwd)}},
         record_timing=False,
     )

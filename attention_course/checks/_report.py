@@ -99,9 +99,17 @@ class Report:
         )
 
     def assert_passed(self) -> None:
-        """Raise ``AssertionError(str(self))`` unless every case passed."""
+        """Raise a one-line ``AssertionError`` unless every case passed.
+
+        The check cells display the full report first, so the error only says
+        how many cases passed; ``str(report)`` has the details.
+        """
         if not self.passed:
-            raise AssertionError(str(self))
+            passed = sum(r.passed for r in self.results)
+            raise AssertionError(
+                f"{self.target}: {passed}/{len(self.results)} cases passed "
+                f"(the report above says what to fix)"
+            )
 
     def to_dict(self) -> dict:
         """Plain, JSON-serialisable data: target, passed, score and results."""

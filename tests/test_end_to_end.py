@@ -51,7 +51,11 @@ def tiny_model(pad_id=PAD, vocab=7, max_len=8):
 
 
 def script_decoder(model, monkeypatch, next_tokens):
-    """Make ``model.decode`` predict ``next_tokens[b][t]`` after ``t + 1`` tokens of sequence b."""
+    """Make ``model.decode`` predict ``next_tokens[b][t]`` after ``t + 1`` tokens of sequence b.
+
+    The script reads the whole prefix, so decode with ``use_cache=False`` (with the KV
+    cache, ``decode`` would see only the newest token).
+    """
     vocab = model.tgt_vocab_size
 
     def decode(tgt, memory, src=None):
@@ -69,7 +73,9 @@ def test_greedy_decode_stops_at_eos_and_pads_after_it(monkeypatch, pad_id):
     model = tiny_model(pad_id=pad_id)
     # sequence 0 ends at once, then "wants" symbol 5 (ignored); sequence 1 ends after 2 symbols
     script_decoder(model, monkeypatch, [[EOS, 5, 5, 5], [4, 6, EOS, 5]])
-    out = greedy_decode(model, torch.randint(3, 7, (2, 5)), max_len=8, bos_id=BOS, eos_id=EOS)
+    out = greedy_decode(
+        model, torch.randint(3, 7, (2, 5)), max_len=8, bos_id=BOS, eos_id=EOS, use_cache=False
+    )
     pad = EOS if pad_id is None else pad_id
     assert out.dtype == torch.long
     assert out.tolist() == [[BOS, EOS, pad, pad], [BOS, 4, 6, EOS]]  # stops once all ended
@@ -78,9 +84,13 @@ def test_greedy_decode_stops_at_eos_and_pads_after_it(monkeypatch, pad_id):
 def test_greedy_decode_never_exceeds_max_len(monkeypatch):
     model = tiny_model()
     script_decoder(model, monkeypatch, [[5] * 10, [4, EOS] + [5] * 8])
-    out = greedy_decode(model, torch.randint(3, 7, (2, 3)), max_len=6, bos_id=BOS, eos_id=EOS)
+    out = greedy_decode(
+        model, torch.randint(3, 7, (2, 3)), max_len=6, bos_id=BOS, eos_id=EOS, use_cache=False
+    )
     assert out.tolist() == [[BOS, 5, 5, 5, 5, 5], [BOS, 4, EOS, PAD, PAD, PAD]]
-    one = greedy_decode(model, torch.randint(3, 7, (2, 3)), max_len=1, bos_id=BOS, eos_id=EOS)
+    one = greedy_decode(
+        model, torch.randint(3, 7, (2, 3)), max_len=1, bos_id=BOS, eos_id=EOS, use_cache=False
+    )
     assert one.tolist() == [[BOS], [BOS]]
 
 

@@ -534,6 +534,11 @@ class Transformer(nn.Module):
             if not isinstance(cache, KVCache):
                 raise ValueError(f"cache: got {type(cache).__name__}, expected a KVCache or None")
             start = cache.length
+            if cache.layers and len(cache.layers) != len(self.decoder.layers):
+                raise ValueError(
+                    f"cache: got a KVCache for {len(cache.layers)} layers, expected "
+                    f"{len(self.decoder.layers)} (use a new KVCache for every decoding run)"
+                )
             if start + tgt.shape[1] > self.max_len:
                 raise ValueError(
                     f"tgt: got {tgt.shape[1]} new tokens after {start} cached positions, "

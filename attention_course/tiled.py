@@ -62,6 +62,9 @@ def tiled_attention(
         mask = mask.expand(target)  # a view: no memory is allocated
     check_positive_int("block_size", block_size)
     batch = target[:-2]
+    if not batch:  # (T, D) inputs: add a batch axis of 1, so that the loops below see 3-D groups
+        mask = None if mask is None else mask[None]
+        return tiled_attention(query[None], key[None], value[None], mask, block_size)[0]
     # Give all three the same leading (batch) axes. expand() makes views, not copies, and
     # autograd sums the gradients back over any axis that was broadcast.
     query = query.expand(*batch, T, query.shape[-1])
@@ -96,13 +99,14 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
 def _score_tile(q, key, mask, rows: slice, cols: slice) -> torch.Tensor:
     """Scores of one tile of (already scaled) queries against one block of keys.
 
-    Shapes: q ``(..., Tb, Dk)``; returns ``(..., Tb, Sb)``, a fresh tensor that the
-    caller may overwrite in place. Masked scores are ``-inf``.
+    Shapes: q ``(G, Tb, Dk)``; key ``(G, S, Dk)``; mask ``(G, T, S)`` or None; returns
+    ``(G, Tb, Sb)``, a fresh tensor that the caller may overwrite in place. Masked
+    scores are ``-inf``.
     """
-    k = key[..., cols, :].to(q.dtype)  # (..., Sb, Dk)
-    s = q @ k.transpose(-2, -1)  # (..., Tb, Dk) @ (..., Dk, Sb) -> (..., Tb, Sb)
+    k = key[:, cols].to(q.dtype)  # (G, Sb, Dk)
+    s = torch.bmm(q, k.transpose(1, 2))  # (G, Tb, Dk) @ (G, Dk, Sb) -> (G, Tb, Sb)
     if mask is not None:
-        tile = mask[..., rows, cols]  # (..., Tb, Sb), a view of the (expanded) mask
+        tile = mask[:, rows, cols]  # (G, Tb, Sb), a view of the (expanded) mask
         if tile.dtype == torch.bool:
             s.masked_fill_(~tile, -math.inf)
         else:
@@ -112,11 +116,12 @@ def _score_tile(q, key, mask, rows: slice, cols: slice) -> torch.Tensor:
 
 def _groups(batch: torch.Size):
     """Indices of the groups processed together: one per index of all leading axes but the
-    last, e.g. one batch element (with all its heads) for ``(B, H, T, Dh)`` inputs.
+    last, e.g. one batch element (with all its heads) for ``(B, H, T, Dh)`` inputs. A
+    group is a 3-D ``(G, T, D)`` slice: ``G`` independent attentions.
 
     Taking all ``B x H`` pairs at once would make every tile ``B x H`` times larger
     than ``block x block``; a smaller tile stays in the CPU cache between the
-    half-dozen operations that read it (measured: about 20% faster on a 2-core CPU).
+    half-dozen operations that read it (measured: 15 to 20% faster on a 2-core CPU).
     """
     return itertools.product(*(range(n) for n in batch[:-1]))
 
@@ -136,36 +141,42 @@ def _tiled_forward(query, key, value, mask, block_size: int):
 
 
 def _forward_group(query, key, value, mask, block_size: int, output, lse) -> None:
-    """The online softmax for one group; writes into the views ``output`` and ``lse``."""
-    T, S, Dv = query.shape[-2], key.shape[-2], value.shape[-1]
-    batch = query.shape[:-2]
+    """The online softmax for one group; writes into the views ``output`` and ``lse``.
+
+    Shapes: query ``(G, T, Dk)``; key ``(G, S, Dk)``; value ``(G, S, Dv)``; mask
+    ``(G, T, S)`` or None; output ``(G, T, Dv)``; lse ``(G, T, 1)``.
+    """
+    G, T, _ = query.shape
+    S, Dv = key.shape[1], value.shape[2]
     compute = lse.dtype
+    options = {"dtype": compute, "device": query.device}
     # Scale by 1/sqrt(d_k) (chapter 4); applied to each query tile once, not to every score tile.
     scale = 1.0 / math.sqrt(query.shape[-1])
+    # The running maximum starts at the most negative finite number, not -inf, so that
+    # s - m and m - m' are never -inf - (-inf) = NaN while a row has seen only masked keys.
+    lowest = torch.finfo(compute).min
     for q0 in range(0, T, block_size):
         rows = slice(q0, q0 + block_size)
-        q = query[..., rows, :].to(compute) * scale  # (..., Tb, Dk)
-        Tb = q.shape[-2]
-        m = torch.full((*batch, Tb, 1), -math.inf, dtype=compute, device=query.device)
-        l = torch.zeros((*batch, Tb, 1), dtype=compute, device=query.device)
-        acc = torch.zeros((*batch, Tb, Dv), dtype=compute, device=query.device)
+        q = query[:, rows].to(compute) * scale  # (G, Tb, Dk)
+        Tb = q.shape[1]
+        m = torch.full((G, Tb, 1), lowest, **options)  # running maximum
+        l = torch.zeros((G, Tb, 1), **options)  # running sum of e^{s - m}
+        acc = torch.zeros((G, Tb, Dv), **options)  # running sum of e^{s - m} v
         for k0 in range(0, S, block_size):
             cols = slice(k0, k0 + block_size)
-            s = _score_tile(q, key, mask, rows, cols)  # (..., Tb, Sb)
-            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # running max (..., Tb, 1)
-            # While every score seen so far is -inf, shift by 0 instead (avoids -inf - -inf).
-            shift = m_new.masked_fill(torch.isneginf(m_new), 0.0)
-            p = s.sub_(shift).exp_()  # e^{s - m'} in place: p reuses the scores' memory
-            correction = torch.exp(m - shift)  # e^{m - m'} rescales the old sums
-            v = value[..., cols, :].to(compute)  # (..., Sb, Dv)
-            # l' = e^{m - m'} l + sum_j p_j and acc' = e^{m - m'} acc + p @ v, updated in place
-            l.mul_(correction).add_(p.sum(dim=-1, keepdim=True))
-            acc.mul_(correction).add_(p @ v)  # (..., Tb, Sb) @ (..., Sb, Dv) -> (..., Tb, Dv)
+            s = _score_tile(q, key, mask, rows, cols)  # (G, Tb, Sb)
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (G, Tb, 1)
+            p = s.sub_(m_new).exp_()  # e^{s - m'} in place: p reuses the scores' memory
+            correction = torch.exp(m - m_new)  # e^{m - m'} rescales the old sums
+            l.mul_(correction).add_(p.sum(dim=-1, keepdim=True))  # l' = e^{m - m'} l + sum p
+            v = value[:, cols].to(compute)  # (G, Sb, Dv)
+            # acc' = e^{m - m'} acc + p @ v, in place: (G, Tb, Sb) @ (G, Sb, Dv) -> (G, Tb, Dv)
+            acc.mul_(correction).baddbmm_(p, v)
             m = m_new
         # Rows that saw no allowed key have l = 0 and acc = 0: output zero, not 0/0.
-        output[..., rows, :] = acc / l.clamp_min(torch.finfo(compute).tiny)
+        output[:, rows] = acc / l.clamp_min(torch.finfo(compute).tiny)
         # L = m + log(l). For an empty row use +inf, so that e^{s - L} = 0 in the backward pass.
-        lse[..., rows, :] = torch.where(l > 0, m + torch.log(l), math.inf)
+        lse[:, rows] = torch.where(l > 0, m + torch.log(l), math.inf)
 
 
 def _tiled_backward(query, key, value, mask, output, lse, grad_output, block_size: int):
@@ -193,23 +204,26 @@ def _tiled_backward(query, key, value, mask, output, lse, grad_output, block_siz
 def _backward_group(
     query, key, value, mask, lse, delta, grad_output, block_size, grad_q, grad_k, grad_v
 ) -> None:
-    """The backward pass for one group; accumulates into the views ``grad_q/k/v``."""
-    T, S = query.shape[-2], key.shape[-2]
+    """The backward pass for one group; accumulates into the views ``grad_q/k/v``.
+
+    Shapes: as in :func:`_forward_group`; delta ``(G, T, 1)``; grad_output ``(G, T, Dv)``.
+    """
+    T, S = query.shape[1], key.shape[1]
     compute = grad_q.dtype
     scale = 1.0 / math.sqrt(query.shape[-1])
     for q0 in range(0, T, block_size):
         rows = slice(q0, q0 + block_size)
-        q = query[..., rows, :].to(compute) * scale  # (..., Tb, Dk)
-        do = grad_output[..., rows, :]  # (..., Tb, Dv)
+        q = query[:, rows].to(compute) * scale  # (G, Tb, Dk)
+        do = grad_output[:, rows]  # (G, Tb, Dv)
         for k0 in range(0, S, block_size):
             cols = slice(k0, k0 + block_size)
-            s = _score_tile(q, key, mask, rows, cols)  # (..., Tb, Sb)
-            p = s.sub_(lse[..., rows, :]).exp_()  # this tile's softmax weights, recomputed
-            k = key[..., cols, :].to(compute)  # (..., Sb, Dk)
-            v = value[..., cols, :].to(compute)  # (..., Sb, Dv)
-            grad_v[..., cols, :] += p.transpose(-2, -1) @ do  # (..., Sb, Tb) @ (..., Tb, Dv)
-            dp = do @ v.transpose(-2, -1)  # (..., Tb, Dv) @ (..., Dv, Sb) -> (..., Tb, Sb)
-            ds = p * (dp - delta[..., rows, :])  # the softmax's Jacobian, row by row
-            grad_q[..., rows, :] += ds @ k  # (..., Tb, Sb) @ (..., Sb, Dk) -> (..., Tb, Dk)
-            grad_k[..., cols, :] += ds.transpose(-2, -1) @ q  # q already carries the scale
+            s = _score_tile(q, key, mask, rows, cols)  # (G, Tb, Sb)
+            p = s.sub_(lse[:, rows]).exp_()  # this tile's softmax weights, recomputed
+            k = key[:, cols].to(compute)  # (G, Sb, Dk)
+            v = value[:, cols].to(compute)  # (G, Sb, Dv)
+            grad_v[:, cols] += p.transpose(1, 2) @ do  # (G, Sb, Tb) @ (G, Tb, Dv)
+            dp = do @ v.transpose(1, 2)  # (G, Tb, Dv) @ (G, Dv, Sb) -> (G, Tb, Sb)
+            ds = p * (dp - delta[:, rows])  # the softmax's Jacobian, row by row
+            grad_q[:, rows] += ds @ k  # (G, Tb, Sb) @ (G, Sb, Dk) -> (G, Tb, Dk)
+            grad_k[:, cols] += ds.transpose(1, 2) @ q  # q already carries the scale
     grad_q *= scale

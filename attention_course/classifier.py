@@ -164,8 +164,9 @@ class TransformerClassifier(nn.Module):
         # Scale by sqrt(d_model) so the embeddings are not drowned by the positions (chapter 9).
         x = self.embedding(tokens) * math.sqrt(self.d_model)  # (B, T) -> (B, T, D)
         x = self.positional(x)
-        out = self.encoder(x, keep[:, None, None, :], return_attention=return_attention)
-        if return_attention:  # keep (B, T) -> (B, 1, 1, T): mask the keys above
+        key_mask = keep[:, None, None, :]  # (B, T) -> (B, 1, 1, T): no query attends to padding
+        out = self.encoder(x, key_mask, return_attention=return_attention)
+        if return_attention:
             hidden, weights = out
             return hidden, keep, weights
         return out, keep

@@ -171,7 +171,9 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
     if mask.dtype == torch.bool:
         keep = mask
     else:
-        scores = scores + mask  # additive mask: 0 keeps, -inf removes
+        # additive mask: 0 keeps, -inf removes. Cast it to the scores' dtype so that a
+        # float32 mask also works with half or double scores (the fused path casts it too).
+        scores = scores + mask.to(scores.dtype)
         keep = ~torch.isneginf(scores)
     scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
     weights = _softmax(scores, dim=-1)

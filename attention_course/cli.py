@@ -99,6 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="print versions, the device found and the book's state")
     p.add_argument("--build", action="store_true", help="also build the book strictly")
     p.set_defaults(func=doctor)
+
+    from . import grading, release
+
+    p = sub.add_parser(
+        "release", help="make the student exercise notebooks from exercises/solutions/"
+    )
+    release.add_arguments(p)
+    p.set_defaults(func=release.run)
+    p = sub.add_parser("grade", help="execute and grade a submitted exercise notebook")
+    grading.add_arguments(p)
+    p.set_defaults(func=grading.run)
     return parser
 
 

@@ -37,20 +37,21 @@ def sinusoidal_positional_encoding(
     check_positive_int("max_len", max_len)
     check_positive_int("d_model", d_model)
     dtype = torch.get_default_dtype() if dtype is None else dtype
-    position = torch.arange(max_len, dtype=torch.float64, device=device)[:, None]  # (L, 1)
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)  # (ceil(D/2),)
+    # Computed in float64 on the CPU (Apple MPS has no float64), then moved.
+    position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (L, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(D/2),)
     angle = position / 10000 ** (two_i / d_model)  # (L, 1) / (ceil(D/2),) -> (L, ceil(D/2))
-    pe = torch.zeros(max_len, d_model, dtype=torch.float64, device=device)
+    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])  # odd d_model: one fewer cosine column
-    return pe.to(dtype)
+    return pe.to(device=device, dtype=dtype)
 
 
 def _check_positions(x: torch.Tensor, d_model: int, max_len: int, start: int) -> None:
     require_float("x", x)
     if x.dim() != 3 or x.shape[-1] != d_model:
         raise ValueError(f"x: got shape {shape_str(x.shape)}, expected (B, T, {d_model})")
-    if not isinstance(start, int) or start < 0:
+    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
         raise ValueError(f"start: got {start!r}, expected a non-negative int")
     if start + x.shape[1] > max_len:
         raise ValueError(

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
+from tqdm import tqdm  # the plain bar: tqdm.auto needs ipywidgets in Jupyter
 
 from .transformer import Transformer, greedy_decode
 

@@ -235,8 +235,10 @@ class Transformer(nn.Module):
     self-attention and, when ``pad_id`` is set, padding masks for the source
     keys (encoder self-attention and cross-attention) and target keys.
 
-    Compared with ``nn.Transformer`` (which has no embeddings, positions or
-    output layer), the encoder/decoder stacks have the same parameter count.
+    ``nn.Transformer`` has no embeddings, positions or output layer, and always
+    ends each stack with a LayerNorm (even in post-norm, where this model, like
+    the paper, has none): with ``norm_first=True`` the stacks have the same
+    parameters, with ``norm_first=False`` ``nn.Transformer`` has ``4 * d_model`` more.
 
     Shapes:
         src: ``(B, S)`` token ids; tgt: ``(B, T)`` token ids;
@@ -262,7 +264,9 @@ class Transformer(nn.Module):
         check_positive_int("tgt_vocab_size", tgt_vocab_size)
         check_positive_int("max_len", max_len)
         if pad_id is not None and not (
-            isinstance(pad_id, int) and 0 <= pad_id < min(src_vocab_size, tgt_vocab_size)
+            isinstance(pad_id, int)
+            and not isinstance(pad_id, bool)
+            and 0 <= pad_id < min(src_vocab_size, tgt_vocab_size)
         ):
             raise ValueError(
                 f"pad_id: got {pad_id!r}, expected None or an int in [0, "

@@ -16,5 +16,12 @@ fi
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     "$VENV/bin/python" -m pip install --quiet "${TORCH_SPEC:-torch==2.13.0}"
 fi
-"$VENV/bin/python" -m pip install --quiet -e ".[dev]"
-"$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3" >/dev/null
+# Re-install the project only when its metadata changed (the install is editable,
+# so code changes need no re-install).
+stamp="$VENV/.attention-course-stamp"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) $(pwd)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    "$VENV/bin/python" -m pip install --quiet -e ".[dev]"
+    "$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3" >/dev/null
+    echo "$want" > "$stamp"
+fi

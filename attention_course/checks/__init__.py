@@ -1,0 +1,59 @@
+"""Exercise checkers: compare a student's implementation with the reference.
+
+Each ``check_<target>(candidate, *, timeout=10.0)`` runs the candidate (a
+function, or a class that is built with the contract's arguments and given the
+reference's weights) on a fixed grid of random inputs and edge cases, compares
+it with the reference in :mod:`attention_course`, and returns a
+:class:`Report`: ``print(report)`` shows a ✓/✗ list, Jupyter shows a table,
+``report.passed`` / ``report.score`` / ``report.to_dict()`` serve a grader.
+
+A checker never raises because of the candidate: exceptions, wrong types,
+wrong shapes or dtypes, NaN, in-place changes of the inputs and time-outs all
+become failed cases whose messages say what was expected, what came back and,
+where the output matches a known mistake, which mistake it is::
+
+    from attention_course.checks import check_soft_argmax
+    report = check_soft_argmax(my_soft_argmax)
+    report            # the table in Jupyter
+    report.assert_passed()
+"""
+
+from ._report import CaseResult, Report
+from .attention import (
+    check_additive_attention,
+    check_scaled_dot_product_attention,
+    check_set_attention,
+    check_soft_argmax,
+)
+from .ffn import check_positionwise_feed_forward
+from .masking import check_causal_mask, check_padding_mask
+from .multihead import check_merge_heads, check_multi_head_attention, check_split_heads
+from .norms import check_batch_norm, check_layer_norm
+from .positional import check_sinusoidal_positional_encoding
+from .transformer import check_decoder_layer, check_encoder_layer
+
+CHECKERS = {
+    "soft_argmax": check_soft_argmax,
+    "set_attention": check_set_attention,
+    "scaled_dot_product_attention": check_scaled_dot_product_attention,
+    "additive_attention": check_additive_attention,
+    "causal_mask": check_causal_mask,
+    "padding_mask": check_padding_mask,
+    "split_heads": check_split_heads,
+    "merge_heads": check_merge_heads,
+    "multi_head_attention": check_multi_head_attention,
+    "layer_norm": check_layer_norm,
+    "batch_norm": check_batch_norm,
+    "positionwise_feed_forward": check_positionwise_feed_forward,
+    "sinusoidal_positional_encoding": check_sinusoidal_positional_encoding,
+    "encoder_layer": check_encoder_layer,
+    "decoder_layer": check_decoder_layer,
+}
+"""Every checker by target name, e.g. ``CHECKERS["soft_argmax"]``."""
+
+__all__ = [
+    "CHECKERS",
+    "CaseResult",
+    "Report",
+    *(f"check_{name}" for name in CHECKERS),
+]

@@ -1,0 +1,291 @@
+"""Compare a student's tensor with the reference's and explain the difference.
+
+`expect_close` is the workhorse: it checks the type, shape, dtype and
+finiteness of what came back, compares the values, and on a mismatch tries
+the known mistakes it was given (each a function computing what that mistake
+would have produced on the same inputs) so that the message can name one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import torch
+
+from ._runner import CaseFailed
+
+# A known mistake: (what to tell the student, a function computing its output).
+Mistake = tuple[str, Callable[[], object]]
+# A property hint: a function of the student's output returning a message or None.
+Hint = Callable[[torch.Tensor], "str | None"]
+
+TOLERANCES = {
+    torch.float64: (1e-6, 1e-5),
+    torch.float32: (2e-5, 1e-4),
+    torch.float16: (2e-3, 2e-3),
+    torch.bfloat16: (2e-2, 2e-2),
+}
+
+
+def tolerances(dtype: torch.dtype) -> tuple[float, float]:
+    """(atol, rtol) used to compare tensors of ``dtype``."""
+    return TOLERANCES.get(dtype, (1e-6, 1e-5))
+
+
+def fmt_values(t: torch.Tensor, limit: int = 6) -> str:
+    """A short, stable excerpt of numbers: ``[0.1234, -1.5, ...]``."""
+    flat = t.detach().reshape(-1).cpu()
+    if t.dtype == torch.bool:
+        items = ["True" if bool(v) else "False" for v in flat[:limit]]
+    elif t.is_floating_point():
+        items = [_fmt_number(float(v)) for v in flat[:limit]]
+    else:
+        items = [str(int(v)) for v in flat[:limit]]
+    more = ", ..." if flat.numel() > limit else ""
+    return "[" + ", ".join(items) + more + "]"
+
+
+def _fmt_number(x: float) -> str:
+    if x != x:
+        return "nan"
+    if x in (float("inf"), float("-inf")):
+        return "inf" if x > 0 else "-inf"
+    if x == 0:
+        return "0"
+    text = f"{x:.4g}"
+    return "0" if text in ("-0", "0") else text
+
+
+def fmt_shape(shape) -> str:
+    """``(2, 3)``, ``(5,)`` or ``()``, as Python prints a tuple."""
+    return str(tuple(int(s) for s in shape))
+
+
+def _row_excerpt(expected: torch.Tensor, got: torch.Tensor, index: tuple[int, ...]) -> str:
+    """Both tensors' rows (last axis) at ``index``, e.g. ``[0, 2, :]``."""
+    if expected.dim() == 0:
+        return f"expected {fmt_values(expected)}, got {fmt_values(got)}"
+    if expected.dim() == 1:
+        return f"expected {fmt_values(expected)}\ngot      {fmt_values(got)}"
+    row = index[:-1]
+    where = "[" + ", ".join([str(i) for i in row] + [":"]) + "]"
+    return (
+        f"row {where}: expected {fmt_values(expected[row])}\n"
+        f"{' ' * (len(where) + 6)}got      {fmt_values(got[row])}"
+    )
+
+
+def first_mistake(
+    got,
+    mistakes: Iterable[Mistake],
+    atol: float,
+    rtol: float,
+    expected: torch.Tensor | None = None,
+) -> str | None:
+    """The description of the first known mistake whose output equals ``got``.
+
+    A mistake that gives the right answer on these inputs (``expected``) says
+    nothing and is skipped.
+    """
+    if not isinstance(got, torch.Tensor):
+        return None
+    got = got.detach().cpu()
+    for description, compute in mistakes:
+        try:
+            candidate = compute()
+        except Exception:  # noqa: BLE001 - a mistake that cannot be computed does not match
+            continue
+        if not isinstance(candidate, torch.Tensor):
+            continue
+        candidate = candidate.detach().cpu()
+        if expected is not None and _matches(expected, candidate, atol, rtol):
+            continue
+        if _matches(got, candidate, atol, rtol):
+            return description
+    return None
+
+
+def _matches(got: torch.Tensor, candidate: torch.Tensor, atol: float, rtol: float) -> bool:
+    if got.shape != candidate.shape:
+        return False
+    if candidate.dtype == torch.bool:
+        return bool(torch.equal(got != 0, candidate))
+    if got.dtype == torch.bool:
+        return False
+    if not (got.is_floating_point() or candidate.is_floating_point()):
+        return bool(torch.equal(got, candidate))
+    got = got.to(torch.float64)
+    candidate = candidate.to(torch.float64)
+    return bool(torch.allclose(got, candidate, atol=atol, rtol=rtol, equal_nan=True))
+
+
+def _explain(message: str, got, mistakes, hints, atol, rtol, expected=None) -> str:
+    mistake = first_mistake(got, mistakes, atol, rtol, expected)
+    if mistake is not None:
+        return message + f"\nLikely mistake: {mistake}."
+    if isinstance(got, torch.Tensor):
+        for hint in hints:
+            try:
+                text = hint(got.detach())
+            except Exception:  # noqa: BLE001 - a hint that cannot be computed says nothing
+                text = None
+            if text:
+                return message + f"\nHint: {text}."
+    return message
+
+
+def expect_tensor(got, name: str) -> torch.Tensor:
+    if not isinstance(got, torch.Tensor):
+        raise CaseFailed(f"{name}: expected a torch.Tensor, got {type(got).__name__}")
+    return got
+
+
+def expect_tuple(got, length: int, what: str, names: Sequence[str]) -> tuple:
+    """Check that ``got`` is a tuple (or list) of ``length`` items."""
+    spelled = "(" + ", ".join(names) + ")"
+    if not isinstance(got, (tuple, list)):
+        hint = ""
+        if isinstance(got, torch.Tensor):
+            hint = f": return both, `return {', '.join(names)}`"
+        raise CaseFailed(f"{what} should return a tuple {spelled}, got {type(got).__name__}{hint}")
+    if len(got) != length:
+        raise CaseFailed(
+            f"{what} should return {length} values {spelled}, got a {type(got).__name__} "
+            f"of {len(got)}"
+        )
+    return tuple(got)
+
+
+def expect_close(
+    got,
+    expected: torch.Tensor,
+    name: str,
+    *,
+    mistakes: Iterable[Mistake] = (),
+    hints: Iterable[Hint] = (),
+    atol: float | None = None,
+    rtol: float | None = None,
+    check_dtype: bool = True,
+    dtype_hint: str | None = None,
+) -> torch.Tensor:
+    """Fail the case unless ``got`` is a tensor equal to ``expected`` (within tolerance).
+
+    On a mismatch the message gives expected vs got, then the first known
+    mistake that reproduces ``got`` (or the first property hint that fires).
+    """
+    mistakes = list(mistakes)
+    hints = list(hints)
+    original = expect_tensor(got, name)
+    expected = expected.detach().cpu()
+    got = got.detach().cpu()  # the comparison happens on the CPU, whatever device came back
+    default_atol, default_rtol = tolerances(expected.dtype)
+    atol = default_atol if atol is None else atol
+    rtol = default_rtol if rtol is None else rtol
+
+    if tuple(got.shape) != tuple(expected.shape):
+        message = f"{name}: expected shape {fmt_shape(expected.shape)}, got {fmt_shape(got.shape)}"
+        raise CaseFailed(_explain(message, got, mistakes, (), atol, rtol, expected))
+
+    if check_dtype and got.dtype != expected.dtype:
+        message = f"{name}: expected dtype {expected.dtype}, got {got.dtype}"
+        if _matches(got, expected, atol, rtol):
+            message += " (the values are right)"
+            mistakes = []  # only the dtype is wrong
+        if dtype_hint:
+            message += f": {dtype_hint}"
+        elif expected.dtype == torch.bool:
+            message += " (a boolean mask: True = may attend)"
+        elif expected.is_floating_point() and got.is_floating_point():
+            message += (
+                " (the same dtype as the input): create new tensors with "
+                "`dtype=x.dtype, device=x.device`"
+            )
+        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
+
+    if expected.dtype == torch.bool or not expected.is_floating_point():
+        if not torch.equal(got.detach().to(expected.dtype), expected):
+            wrong = (got.detach().to(expected.dtype) != expected).nonzero()
+            index = tuple(int(i) for i in wrong[0]) if len(wrong) else ()
+            message = f"{name}: wrong values at {int(len(wrong))} position(s)"
+            if index:
+                message += "\n" + _row_excerpt(expected, got.detach().to(expected.dtype), index)
+            raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
+        return original
+
+    got_values = got.detach().to(expected.dtype)
+    expected_finite = torch.isfinite(expected)
+    bad = ~torch.isfinite(got_values) & expected_finite
+    if bad.any():
+        index = tuple(int(i) for i in bad.nonzero()[0])
+        count = int(bad.sum())
+        message = (
+            f"{name}: NaN or inf at {count} of {got.numel()} positions "
+            f"(first at {list(index)}) where the reference is finite"
+        )
+        message += "\n" + _row_excerpt(expected, got_values, index)
+        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
+
+    if not torch.allclose(got_values, expected, atol=atol, rtol=rtol, equal_nan=True):
+        diff = (got_values - expected).abs().nan_to_num(nan=float("inf"))
+        flat_index = int(diff.reshape(-1).argmax())
+        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_index), diff.shape))
+        message = (
+            f"{name}: wrong values (largest error "
+            f"{_fmt_number(float(diff.max()))} at {list(index)})\n"
+            + _row_excerpt(expected, got_values, index)
+        )
+        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
+    return original
+
+
+def expect_grad(got_grad, expected_grad, name: str, *, mistakes=(), atol=None, rtol=None):
+    """Fail unless a gradient reached ``name`` and equals the reference's."""
+    if expected_grad is None:
+        return
+    if got_grad is None:
+        raise CaseFailed(
+            f"no gradient reached {name}: every input and parameter must be used through "
+            "differentiable tensor operations (no `.detach()`, `.data`, `.item()`, "
+            "`.numpy()` or `torch.tensor(...)` rebuilt from values)"
+        )
+    if tuple(got_grad.shape) != tuple(expected_grad.shape):
+        raise CaseFailed(
+            f"the gradient of {name} has shape {fmt_shape(got_grad.shape)}, "
+            f"expected {fmt_shape(expected_grad.shape)}"
+        )
+    expect_close(
+        got_grad,
+        expected_grad,
+        f"the gradient of {name}",
+        mistakes=mistakes,
+        atol=atol,
+        rtol=rtol,
+        check_dtype=False,
+    )
+
+
+# ---------------------------------------------------------------- property hints
+
+
+def sums_to_one_hint(dim: int, axis_name: str) -> Hint:
+    """A hint that fires when weights do not sum to 1 over ``dim`` but do over another axis."""
+
+    def hint(got: torch.Tensor) -> str | None:
+        if not got.is_floating_point() or got.dim() == 0:
+            return None
+        ones_ok = lambda d: bool(  # noqa: E731
+            torch.allclose(got.sum(d), torch.ones((), dtype=got.dtype), atol=1e-6)
+        )
+        if ones_ok(dim):
+            return None
+        for other in range(-got.dim(), 0):
+            if other != (dim if dim < 0 else dim - got.dim()) and ones_ok(other):
+                return (
+                    f"your weights sum to 1 over dim={other}, but they must sum to 1 over "
+                    f"{axis_name} (dim={dim})"
+                )
+        if got.min() < 0:
+            return "some weights are negative: weights come out of a softmax"
+        return f"your weights do not sum to 1 over {axis_name} (dim={dim})"
+
+    return hint

@@ -1,0 +1,121 @@
+"""The report a checker returns: one line per case, a score, and a verdict.
+
+A `Report` prints as a ✓/✗ list in a terminal (``print(report)``), renders as a
+table in Jupyter (``_repr_html_``), and can be turned into plain data for a
+grader (``to_dict``). Its text never contains memory addresses, timings or file
+paths, so a notebook that displays it gives the same output on every machine.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import asdict, dataclass, field
+
+PASS_MARK = "✓"
+FAIL_MARK = "✗"
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """The outcome of one case of a checker: its name, pass/fail, and what to fix."""
+
+    name: str
+    passed: bool
+    message: str = ""
+
+
+@dataclass
+class Report:
+    """What `check_<target>` returns.
+
+    Attributes:
+        target: the checker's name, e.g. ``"check_soft_argmax"``.
+        results: one `CaseResult` per case, in the order they ran.
+    """
+
+    target: str
+    results: list[CaseResult] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """True when there is at least one case and every case passed."""
+        return bool(self.results) and all(r.passed for r in self.results)
+
+    @property
+    def score(self) -> float:
+        """The fraction of cases that passed, between 0 and 1."""
+        if not self.results:
+            return 0.0
+        return sum(r.passed for r in self.results) / len(self.results)
+
+    @property
+    def num_passed(self) -> int:
+        return sum(r.passed for r in self.results)
+
+    def header(self) -> str:
+        return f"{self.target}: {self.num_passed}/{len(self.results)} cases passed"
+
+    def verdict(self) -> str:
+        if self.passed:
+            return "All cases pass: well done."
+        return "Not passed yet: fix the first ✗ case above, then run the check again."
+
+    def __str__(self) -> str:
+        lines = [self.header()]
+        for r in self.results:
+            mark = PASS_MARK if r.passed else FAIL_MARK
+            first, *rest = (r.message or "").splitlines() or [""]
+            lines.append(f"  {mark} {r.name}" + (f": {first}" if first else ""))
+            lines.extend(f"      {line}" for line in rest)
+        lines.append(self.verdict())
+        return "\n".join(lines)
+
+    # Jupyter shows ``__repr__`` as the text/plain output: keep it free of addresses.
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        colour = "#1a7f37" if self.passed else "#cf222e"
+        rows = []
+        for r in self.results:
+            mark = PASS_MARK if r.passed else FAIL_MARK
+            mark_colour = "#1a7f37" if r.passed else "#cf222e"
+            rows.append(
+                "<tr>"
+                f'<td style="text-align:left">{html.escape(r.name)}</td>'
+                f'<td style="color:{mark_colour};text-align:center">{mark}</td>'
+                '<td style="text-align:left;white-space:pre-wrap;font-family:monospace">'
+                f"{html.escape(r.message)}</td>"
+                "</tr>"
+            )
+        return (
+            "<div>"
+            f"<p><b>{html.escape(self.header())}</b></p>"
+            "<table>"
+            "<thead><tr><th>case</th><th>result</th><th>message</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody>"
+            "</table>"
+            f'<p style="color:{colour}">{html.escape(self.verdict())}</p>'
+            "</div>"
+        )
+
+    def assert_passed(self) -> None:
+        """Raise a one-line ``AssertionError`` unless every case passed.
+
+        The check cells display the full report first, so the error only says
+        how many cases passed; ``str(report)`` has the details.
+        """
+        if not self.passed:
+            passed = sum(r.passed for r in self.results)
+            raise AssertionError(
+                f"{self.target}: {passed}/{len(self.results)} cases passed "
+                f"(the report above says what to fix)"
+            )
+
+    def to_dict(self) -> dict:
+        """Plain, JSON-serialisable data: target, passed, score and results."""
+        return {
+            "target": self.target,
+            "passed": self.passed,
+            "score": self.score,
+            "results": [asdict(r) for r in self.results],
+        }

@@ -1,0 +1,322 @@
+"""Run a checker's cases safely: student code can raise, hang or misbehave.
+
+Each case is a small function that returns normally when the case passes and
+raises `CaseFailed` with a message for the student when it does not. The
+runner executes every case in a worker thread with a time limit, turns any
+exception into a failed case, and stops early with a single friendly case
+when the candidate still raises `NotImplementedError`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import inspect
+import os
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ._report import CaseResult, Report
+
+NOT_IMPLEMENTED_MESSAGE = "not implemented yet: replace `raise NotImplementedError` with your code"
+
+_CHECKS_DIR = os.path.dirname(os.path.abspath(__file__))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+_THREADING_FILE = os.path.abspath(threading.__file__)
+
+
+class CaseFailed(Exception):
+    """Raised inside a case: the case failed, and the message says why."""
+
+
+class NotImplementedYet(Exception):
+    """Raised inside a case when the candidate raised `NotImplementedError`."""
+
+
+class _TimedOut(BaseException):
+    """Injected into a worker thread that ran over its time limit."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One named case of a checker; ``run()`` raises `CaseFailed` on failure."""
+
+    name: str
+    run: Callable[[], object]
+
+
+# ---------------------------------------------------------------- student code
+
+
+def _student_frame(tb) -> traceback.FrameSummary | None:
+    """The innermost traceback frame that belongs to the student's code."""
+    frames = traceback.extract_tb(tb)
+    for frame in reversed(frames):
+        path = os.path.abspath(frame.filename)
+        if path.startswith(_CHECKS_DIR + os.sep) or path.startswith(_TORCH_DIR + os.sep):
+            continue
+        if path == _THREADING_FILE:
+            continue
+        return frame
+    return None
+
+
+_ERROR_HINTS = (
+    (
+        "view size is not compatible",
+        "after a transpose the tensor is not contiguous in memory: use `.reshape(...)` "
+        "or call `.contiguous()` before `.view(...)`",
+    ),
+    (
+        "expected scalar type",
+        "the checker uses float64 inputs: create new tensors with `dtype=x.dtype` "
+        "(and `device=x.device`) instead of the default float32",
+    ),
+    (
+        "same dtype",
+        "the checker uses float64 inputs: create new tensors with `dtype=x.dtype` "
+        "(and `device=x.device`) instead of the default float32",
+    ),
+    (
+        "before Module.__init__() call",
+        "call `super().__init__()` first thing in your `__init__`",
+    ),
+    (
+        "unexpected keyword argument",
+        "keep the signature of the exercise stub: the checker calls your code with the "
+        "contract's argument names",
+    ),
+    (
+        "positional argument",
+        "keep the signature of the exercise stub: the checker calls your code with the "
+        "contract's arguments",
+    ),
+    (
+        "cannot be multiplied",
+        "check which dimensions you multiply: print the shapes of both operands",
+    ),
+)
+
+
+def describe_exception(error: BaseException, what: str) -> str:
+    """A one-paragraph description of an exception raised by student code."""
+    text = str(error).strip().splitlines()
+    first = text[0] if text else ""
+    message = f"{what} raised {type(error).__name__}" + (f": {first}" if first else "")
+    frame = _student_frame(error.__traceback__)
+    if frame is not None and frame.line:
+        message += f"\nat line {frame.lineno} in {frame.name}: {frame.line.strip()}"
+    for needle, hint in _ERROR_HINTS:
+        if needle in str(error):
+            message += f"\nHint: {hint}."
+            break
+    return message
+
+
+def _snapshot(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    return None
+
+
+def call_student(
+    fn: Callable,
+    *args,
+    what: str,
+    arg_names: Sequence[str] = (),
+    error_hint: str | None = None,
+    **kwargs,
+):
+    """Call student code; turn what can go wrong into `CaseFailed`.
+
+    ``what`` names the call in messages, e.g. ``"soft_argmax(scores)"``.
+    Tensor arguments are compared before and after the call to catch in-place
+    changes of the inputs. ``arg_names`` names the positional arguments;
+    ``error_hint`` is added to the message when the call raises.
+    """
+    before_args = [_snapshot(a) for a in args]
+    before_kwargs = {k: _snapshot(v) for k, v in kwargs.items()}
+    try:
+        result = fn(*args, **kwargs)
+    except NotImplementedError as error:
+        raise NotImplementedYet(str(error)) from None
+    except _TimedOut:
+        raise
+    except BaseException as error:  # noqa: BLE001 - any student exception becomes a failed case
+        message = describe_exception(error, what)
+        if error_hint and "\nHint:" not in message:
+            message += f"\nHint: {error_hint}."
+        raise CaseFailed(message) from None
+
+    changed = []
+    for i, (arg, before) in enumerate(zip(args, before_args)):
+        if before is not None and not _same(arg, before):
+            changed.append(arg_names[i] if i < len(arg_names) else f"argument {i + 1}")
+    for key, before in before_kwargs.items():
+        if before is not None and not _same(kwargs[key], before):
+            changed.append(key)
+    if changed:
+        names = ", ".join(f"`{name}`" for name in changed)
+        raise CaseFailed(
+            f"{what} changed its input {names} in place (for example `x -= ...`, "
+            "`x.masked_fill_(...)` or `x[...] = ...`): compute a new tensor and leave the "
+            "inputs unchanged"
+        )
+    return result
+
+
+def _same(now: torch.Tensor, before: torch.Tensor) -> bool:
+    now = now.detach()
+    if now.shape != before.shape or now.dtype != before.dtype:
+        return False
+    return bool(torch.equal(now, before)) or bool(
+        torch.equal(torch.nan_to_num(now), torch.nan_to_num(before))
+    )
+
+
+# ---------------------------------------------------------------- candidates
+
+
+def describe_kind(candidate) -> str:
+    if isinstance(candidate, type):
+        return f"the class `{candidate.__name__}`"
+    if isinstance(candidate, nn.Module):
+        return f"an instance of `{type(candidate).__name__}`"
+    if inspect.isfunction(candidate) or inspect.ismethod(candidate):
+        return f"the function `{candidate.__name__}`"
+    return f"a value of type `{type(candidate).__name__}`"
+
+
+def function_problem(candidate, target: str) -> str | None:
+    """Why ``candidate`` is not a function we can check, or None."""
+    if isinstance(candidate, type) or isinstance(candidate, nn.Module) or not callable(candidate):
+        return (
+            f"expected a function (your `{target}`), got {describe_kind(candidate)}: "
+            f"pass the function itself, e.g. `check_{target}({target})`"
+        )
+    return None
+
+
+def class_problem(candidate, target: str, class_name: str) -> str | None:
+    """Why ``candidate`` is not an nn.Module subclass we can check, or None."""
+    if isinstance(candidate, nn.Module):
+        return (
+            f"expected the class `{class_name}`, got an instance of it: pass the class "
+            f"itself, e.g. `check_{target}({class_name})`, not `{class_name}(...)`"
+        )
+    if not isinstance(candidate, type):
+        return (
+            f"expected a class (a subclass of `nn.Module`), got {describe_kind(candidate)}: "
+            f"pass your class, e.g. `check_{target}({class_name})`"
+        )
+    if not issubclass(candidate, nn.Module):
+        return (
+            f"`{candidate.__name__}` does not subclass `nn.Module`: write "
+            f"`class {class_name}(nn.Module):` and call `super().__init__()` first"
+        )
+    return None
+
+
+# ---------------------------------------------------------------- running
+
+
+def _async_raise(thread: threading.Thread, exc_type: type[BaseException]) -> None:
+    """Ask a runaway worker thread to stop (works when it is running Python code)."""
+    if thread.ident is None:
+        return
+    try:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type)
+        )
+    except Exception:  # noqa: BLE001 - not CPython: the daemon thread just runs on
+        pass
+
+
+def _run_in_thread(fn: Callable[[], object], timeout: float) -> tuple[str, object]:
+    """Run ``fn`` in a daemon thread: ("ok", value), ("error", exc) or ("timeout", None)."""
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as error:  # noqa: BLE001 - reported to the main thread
+            box["error"] = error
+
+    thread = threading.Thread(target=target, name="attention-course-check", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        _async_raise(thread, _TimedOut)
+        return "timeout", None
+    if "error" in box:
+        return "error", box["error"]
+    return "ok", box.get("value")
+
+
+def run_cases(target: str, cases: Sequence[Case], timeout: float) -> Report:
+    """Run ``cases`` one by one and collect a `Report` named ``check_<target>``."""
+    report = Report(target=f"check_{target}")
+    timeout = float(timeout)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        timed_out_case = None
+        first_failure_with: dict[str, str] = {}  # message -> first case that failed with it
+        for case in cases:
+            if timed_out_case is not None:
+                report.results.append(
+                    CaseResult(
+                        case.name,
+                        False,
+                        f"not run: the case '{timed_out_case}' ran over the time limit",
+                    )
+                )
+                continue
+            status, value = _run_in_thread(case.run, timeout)
+            if status == "timeout":
+                timed_out_case = case.name
+                report.results.append(
+                    CaseResult(
+                        case.name,
+                        False,
+                        f"ran over the time limit of {timeout:g} s: look for an endless loop, "
+                        "or a loop over elements that should be one tensor operation",
+                    )
+                )
+            elif status == "ok":
+                message = value if isinstance(value, str) else ""
+                report.results.append(CaseResult(case.name, True, message))
+            elif isinstance(value, NotImplementedYet):
+                detail = str(value)
+                message = NOT_IMPLEMENTED_MESSAGE
+                if "missing the required" in detail:
+                    message += f" ({detail})"
+                return Report(
+                    target=report.target, results=[CaseResult("implemented", False, message)]
+                )
+            elif isinstance(value, CaseFailed):
+                message = str(value)
+                earlier = first_failure_with.get(message)
+                if earlier is None:
+                    first_failure_with[message] = case.name
+                else:
+                    message = f"the same failure as in the case '{earlier}'"
+                report.results.append(CaseResult(case.name, False, message))
+            else:
+                report.results.append(
+                    CaseResult(
+                        case.name,
+                        False,
+                        "the checker itself failed on this case (please report it): "
+                        + describe_exception(value, "the checker"),
+                    )
+                )
+    return report
+
+
+def single_failure(target: str, name: str, message: str) -> Report:
+    """A report with one failed case, for a candidate we cannot even start on."""
+    return Report(target=f"check_{target}", results=[CaseResult(name, False, message)])

@@ -1,0 +1,678 @@
+"""Checkers for chapter 2-4 targets: soft-argmax, set attention, scaled
+dot-product attention and additive (Bahdanau) attention."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attention_course import attention as ref
+
+from ._compare import (
+    Mistake,
+    expect_close,
+    expect_grad,
+    expect_tuple,
+    fmt_shape,
+    sums_to_one_hint,
+)
+from ._data import leaf, randn, random_bool
+from ._modules import backward_both, build_pair, compare_param_grads
+from ._report import Report
+from ._runner import (
+    Case,
+    CaseFailed,
+    call_student,
+    class_problem,
+    function_problem,
+    run_cases,
+    single_failure,
+)
+
+# ---------------------------------------------------------------- soft_argmax
+
+
+def _kwargs_text(kwargs: dict) -> str:
+    return "".join(f", {k}={v!r}" for k, v in kwargs.items())
+
+
+def _soft_argmax_mistakes(scores: torch.Tensor, beta: float, dim: int) -> list[Mistake]:
+    scaled = beta * scores
+    d = dim % scores.dim()
+    mistakes: list[Mistake] = []
+    if d != scores.dim() - 1:
+        mistakes.append(
+            (
+                f"you ignored `dim` and normalised over the last axis: the weights must sum "
+                f"to 1 along dim={dim}",
+                lambda: torch.softmax(scaled, dim=-1),
+            )
+        )
+    for other in range(scores.dim()):
+        if other != d:
+            mistakes.append(
+                (
+                    f"your softmax runs over dim={other}: the weights must sum to 1 along "
+                    f"dim={dim}",
+                    lambda other=other: torch.softmax(scaled, dim=other),
+                )
+            )
+    if beta != 1.0:
+        mistakes += [
+            (
+                "`beta` is ignored: soft_argmax is softmax(beta * scores)",
+                lambda: torch.softmax(scores, dim=dim),
+            ),
+            (
+                "you divided the scores by beta: soft_argmax is softmax(beta * scores), "
+                "beta multiplies",
+                lambda: torch.softmax(scores / beta, dim=dim),
+            ),
+            (
+                "beta multiplies the weights after the softmax: it must multiply the scores "
+                "before it",
+                lambda: beta * torch.softmax(scores, dim=dim),
+            ),
+        ]
+    mistakes += [
+        (
+            "exp overflows (or underflows to 0/0) for large scores: subtract the max along "
+            "`dim` before exponentiating (softmax does not change when all scores shift)",
+            lambda: torch.exp(scaled) / torch.exp(scaled).sum(dim, keepdim=True),
+        ),
+        (
+            "the exponentials are not normalised: divide by their sum along `dim`",
+            lambda: torch.exp(scaled),
+        ),
+        (
+            "you normalised over all elements at once: normalise along `dim` only",
+            lambda: torch.exp(scaled - scaled.max()) / torch.exp(scaled - scaled.max()).sum(),
+        ),
+        ("you returned log-softmax: return softmax", lambda: torch.log_softmax(scaled, dim)),
+    ]
+    return mistakes
+
+
+def _soft_argmax_case(candidate, scores: torch.Tensor, **kwargs):
+    def run():
+        expected = ref.soft_argmax(scores, **kwargs)
+        got = call_student(
+            candidate,
+            scores,
+            what=f"soft_argmax(scores{_kwargs_text(kwargs)})",
+            arg_names=("scores",),
+            **kwargs,
+        )
+        beta = kwargs.get("beta", 1.0)
+        dim = kwargs.get("dim", -1)
+        expect_close(
+            got,
+            expected,
+            "weights",
+            mistakes=_soft_argmax_mistakes(scores, beta, dim),
+            hints=[sums_to_one_hint(dim, "`dim`")],
+        )
+
+    return run
+
+
+def _soft_argmax_grad(candidate):
+    def run():
+        scores = randn(3, 5, seed=18)
+        mine, theirs = leaf(scores), leaf(scores)
+        expected = ref.soft_argmax(theirs, beta=1.5)
+        got = call_student(candidate, mine, beta=1.5, what="soft_argmax(scores, beta=1.5)")
+        expect_close(got, expected, "weights")
+        backward_both(got, expected)
+        expect_grad(mine.grad, theirs.grad, "`scores`")
+
+    return run
+
+
+def check_soft_argmax(candidate, *, timeout: float = 10.0) -> Report:
+    """Check ``soft_argmax(scores, beta=1.0, dim=-1) -> softmax(beta * scores)``."""
+    problem = function_problem(candidate, "soft_argmax")
+    if problem:
+        return single_failure("soft_argmax", "is a function", problem)
+    cases = [
+        Case("1-D scores", _soft_argmax_case(candidate, randn(5, seed=1))),
+        Case("2-D scores, rows sum to 1", _soft_argmax_case(candidate, randn(3, 5, seed=2))),
+        Case("beta=2.5", _soft_argmax_case(candidate, randn(4, 6, seed=3), beta=2.5)),
+        Case(
+            "beta=0.1, 3-D scores", _soft_argmax_case(candidate, randn(2, 3, 4, seed=4), beta=0.1)
+        ),
+        Case("dim=0", _soft_argmax_case(candidate, randn(4, 6, seed=5), dim=0)),
+        Case(
+            "dim=1 of a 3-D tensor, beta=3",
+            _soft_argmax_case(candidate, randn(2, 4, 3, seed=6), beta=3.0, dim=1),
+        ),
+        Case(
+            "very large scores (~1e4) give no NaN",
+            _soft_argmax_case(candidate, 1e4 * randn(3, 5, seed=7)),
+        ),
+        Case(
+            "very negative scores (~-1e4) give no NaN",
+            _soft_argmax_case(candidate, -1e4 + randn(2, 5, seed=8)),
+        ),
+        Case(
+            "float32 scores give float32 weights",
+            _soft_argmax_case(candidate, randn(3, 4, seed=9, dtype=torch.float32)),
+        ),
+        Case("gradient flows to the scores", _soft_argmax_grad(candidate)),
+    ]
+    return run_cases("soft_argmax", cases, timeout)
+
+
+# ---------------------------------------------------------------- set_attention
+
+
+def _set_attention_variants(X: torch.Tensor, beta: float, hard: bool) -> dict[str, tuple]:
+    """(H, A) of the mistakes a student is likely to make in set attention."""
+    scores = X @ X.transpose(-2, -1)  # (..., T, n) @ (..., n, T) -> (..., T, T)
+
+    def weights(s, dim=-1):
+        return ref.hard_argmax(beta * s, dim=dim) if hard else torch.softmax(beta * s, dim=dim)
+
+    variants = {}
+    A = weights(scores, dim=-2)
+    variants[
+        "your softmax runs over the first T axis (dim=-2): each row of A (one query) must sum to 1"
+    ] = (A @ X, A)
+    A = weights(scores)
+    variants["you multiplied A^T @ X: the output is H = A @ X"] = (A.transpose(-2, -1) @ X, A)
+    if beta != 1.0:
+        A = ref.hard_argmax(scores) if hard else torch.softmax(scores, dim=-1)
+        variants["`beta` is ignored: the weights are soft_argmax(beta * X X^T)"] = (A @ X, A)
+    if hard:
+        A = torch.softmax(beta * scores, dim=-1)
+        variants["`hard=True` is ignored: use hard_argmax instead of soft_argmax"] = (A @ X, A)
+    else:
+        A = torch.softmax(beta * scores / math.sqrt(X.shape[-1]), dim=-1)
+        variants["you scaled the scores by 1/sqrt(n): set attention uses X X^T unscaled"] = (
+            A @ X,
+            A,
+        )
+    return variants
+
+
+def _set_attention_case(candidate, X: torch.Tensor, **kwargs):
+    def run():
+        expected_H, expected_A = ref.set_attention(X, **kwargs)
+        got = call_student(
+            candidate, X, what=f"set_attention(X{_kwargs_text(kwargs)})", arg_names=("X",), **kwargs
+        )
+        got = expect_tuple(got, 2, "set_attention", ("H", "A"))
+        _check_pair_order(got, expected_H, expected_A, ("H", "A"))
+        variants = _set_attention_variants(X, kwargs.get("beta", 1.0), kwargs.get("hard", False))
+        expect_weights_then_output(
+            got[::-1],
+            expected_A,
+            expected_H,
+            variants,
+            weights_name="A (the weights)",
+            output_name="H",
+        )
+
+    return run
+
+
+def expect_weights_then_output(
+    got: tuple,
+    expected_weights: torch.Tensor,
+    expected_output: torch.Tensor,
+    variants: dict[str, tuple],
+    *,
+    weights_name: str,
+    output_name: str,
+) -> None:
+    """Check the weights first, then the output.
+
+    ``got`` is ``(weights, output)``; ``variants`` maps a mistake to its
+    ``(output, weights)``. For the output only the mistakes whose weights
+    equal the student's are considered, so that a correct softmax followed by
+    a wrong product is not blamed on the softmax.
+    """
+    got_weights, got_output = got
+    expect_close(
+        got_weights,
+        expected_weights,
+        weights_name,
+        mistakes=[(d, lambda v=v: v[1]) for d, v in variants.items()],
+        hints=[sums_to_one_hint(-1, "the keys (last axis)")],
+    )
+    same_weights = {
+        d: v
+        for d, v in variants.items()
+        if v[1].shape == got_weights.shape
+        and torch.allclose(
+            v[1].to(torch.float64),
+            got_weights.detach().to(torch.float64),
+            atol=1e-6,
+            equal_nan=True,
+        )
+    }
+    expect_close(
+        got_output,
+        expected_output,
+        output_name,
+        mistakes=[(d, lambda v=v: v[0]) for d, v in same_weights.items()],
+    )
+
+
+def _check_pair_order(got, first: torch.Tensor, second: torch.Tensor, names) -> None:
+    """Catch ``return second, first`` when the two shapes differ."""
+    a, b = got
+    if (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and first.shape != second.shape
+        and a.shape == second.shape
+        and b.shape == first.shape
+    ):
+        raise CaseFailed(
+            f"the results come back in the wrong order: got shapes {fmt_shape(a.shape)} and "
+            f"{fmt_shape(b.shape)}; return ({names[0]} {fmt_shape(first.shape)}, "
+            f"{names[1]} {fmt_shape(second.shape)})"
+        )
+
+
+def _set_attention_grad(candidate):
+    def run():
+        X = randn(2, 4, 3, seed=27)
+        mine, theirs = leaf(X), leaf(X)
+        expected_H, _ = ref.set_attention(theirs, beta=0.5)
+        got = call_student(candidate, mine, beta=0.5, what="set_attention(X, beta=0.5)")
+        got_H = expect_tuple(got, 2, "set_attention", ("H", "A"))[0]
+        expect_close(got_H, expected_H, "H")
+        backward_both(got_H, expected_H)
+        expect_grad(mine.grad, theirs.grad, "`X`")
+
+    return run
+
+
+def check_set_attention(candidate, *, timeout: float = 10.0) -> Report:
+    """Check ``set_attention(X, beta=1.0, hard=False) -> (H, A)``."""
+    problem = function_problem(candidate, "set_attention")
+    if problem:
+        return single_failure("set_attention", "is a function", problem)
+    cases = [
+        Case("X (T, n) with T != n", _set_attention_case(candidate, randn(5, 3, seed=21))),
+        Case("batched X (B, T, n)", _set_attention_case(candidate, randn(2, 4, 6, seed=22))),
+        Case("beta=0.3", _set_attention_case(candidate, randn(4, 3, seed=23), beta=0.3)),
+        Case(
+            "hard=True (one-hot rows)",
+            _set_attention_case(candidate, randn(5, 4, seed=24), hard=True),
+        ),
+        Case(
+            "hard=True, batched, beta=2",
+            _set_attention_case(candidate, randn(2, 3, 5, seed=25), beta=2.0, hard=True),
+        ),
+        Case("T = 1", _set_attention_case(candidate, randn(1, 4, seed=26))),
+        Case(
+            "large inputs (scores ~1e4) give no NaN",
+            _set_attention_case(candidate, 60.0 * randn(4, 3, seed=28)),
+        ),
+        Case("gradient flows to X", _set_attention_grad(candidate)),
+    ]
+    return run_cases("set_attention", cases, timeout)
+
+
+# ---------------------------------------------------------------- scaled dot-product
+
+
+def _attend(scores, value, mask=None, *, dim=-1, after=False, invert=False, fill="zero-rows"):
+    """Softmax the scores (masked one way or another) and average the values."""
+    if mask is not None and mask.dtype == torch.bool:
+        keep = ~mask if invert else mask
+        if not after:
+            if fill == "large-negative":
+                scores = scores.masked_fill(~keep, -1e9)
+            else:
+                scores = scores.masked_fill(~keep, float("-inf"))
+    elif mask is not None:
+        scores = scores + mask
+    weights = torch.softmax(scores, dim=dim)
+    if fill == "zero-rows":
+        weights = torch.nan_to_num(weights, nan=0.0)
+    if mask is not None and mask.dtype == torch.bool and after:
+        weights = weights * keep
+    return weights @ value, weights
+
+
+def _sdpa_variants(q, k, v, mask=None, scale=None) -> dict[str, tuple]:
+    d_k, d_v = q.shape[-1], v.shape[-1]
+    raw = q @ k.transpose(-2, -1)  # (..., T, Dk) @ (..., Dk, S) -> (..., T, S)
+    s = 1.0 / math.sqrt(d_k) if scale is None else scale
+    variants = {}
+    if scale is not None:
+        variants["the `scale` argument is ignored: when given, it replaces 1/sqrt(d_k)"] = _attend(
+            raw / math.sqrt(d_k), v, mask
+        )
+    else:
+        variants["the 1/sqrt(d_k) factor is missing: scale the scores by 1/sqrt(d_k)"] = _attend(
+            raw, v, mask
+        )
+        variants["your scores are scaled by 1/d_k: the factor is 1/sqrt(d_k)"] = _attend(
+            raw / d_k, v, mask
+        )
+        variants["you multiplied the scores by sqrt(d_k): divide by it"] = _attend(
+            raw * math.sqrt(d_k), v, mask
+        )
+        if d_v != d_k:
+            variants["you scaled by 1/sqrt(d_v): the factor uses the key size, 1/sqrt(d_k)"] = (
+                _attend(raw / math.sqrt(d_v), v, mask)
+            )
+    variants[
+        "your softmax runs over the query axis (dim=-2): the weights must sum to 1 over the keys"
+    ] = _attend(raw * s, v, mask, dim=-2)
+    variants["you averaged the keys instead of the values: the output is weights @ value"] = (
+        _attend(raw * s, k, mask)
+    )
+    if mask is not None and mask.dtype == torch.bool:
+        variants[
+            "the mask is inverted: True means 'may attend', so fill the scores where the mask "
+            "is False"
+        ] = _attend(raw * s, v, mask, invert=True)
+        variants[
+            "the mask is applied after the softmax: masked keys must get -inf scores before "
+            "the softmax, otherwise the remaining weights do not sum to 1"
+        ] = _attend(raw * s, v, mask, after=True)
+        variants[
+            "the mask is ignored: fill the scores of masked keys with -inf before the softmax"
+        ] = _attend(raw * s, v)
+        variants[
+            "a fully masked row gives NaN (softmax of a row of -inf is 0/0): give such rows "
+            "zero weights and a zero output"
+        ] = _attend(raw * s, v, mask, fill="nan")
+        variants[
+            "a fully masked row gets uniform weights (a large negative fill makes the row "
+            "constant): such rows must have zero weights and a zero output"
+        ] = _attend(raw * s, v, mask, fill="large-negative")
+    elif mask is not None:
+        variants["the float mask is ignored: add it to the scores before the softmax"] = _attend(
+            raw * s, v
+        )
+        variants["the float mask multiplies the scores: a float mask is added to them"] = _attend(
+            raw * s * mask, v
+        )
+    return variants
+
+
+def _sdpa_case(candidate, q, k, v, **kwargs):
+    def run():
+        expected_out, expected_w = ref.scaled_dot_product_attention(q, k, v, **kwargs)
+        got = call_student(
+            candidate,
+            q,
+            k,
+            v,
+            what=f"scaled_dot_product_attention(query, key, value{_kwargs_text(_short(kwargs))})",
+            arg_names=("query", "key", "value"),
+            **kwargs,
+        )
+        got = expect_tuple(got, 2, "scaled_dot_product_attention", ("output", "weights"))
+        _check_pair_order(got, expected_out, expected_w, ("output", "weights"))
+        variants = _sdpa_variants(q, k, v, kwargs.get("mask"), kwargs.get("scale"))
+        expect_weights_then_output(
+            got[::-1],
+            expected_w,
+            expected_out,
+            variants,
+            weights_name="weights",
+            output_name="output",
+        )
+
+    return run
+
+
+def _short(kwargs: dict) -> dict:
+    """Keyword arguments for a message: tensors shown by their shape."""
+    out = {}
+    for key, value in kwargs.items():
+        if isinstance(value, torch.Tensor):
+            out[key] = _ShapeRepr(value)
+        else:
+            out[key] = value
+    return out
+
+
+class _ShapeRepr:
+    def __init__(self, t: torch.Tensor):
+        kind = "bool" if t.dtype == torch.bool else "float"
+        self.text = f"<{kind} {fmt_shape(t.shape)}>"
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _sdpa_grad(candidate):
+    def run():
+        q, k, v = randn(2, 3, 4, seed=41), randn(2, 5, 4, seed=42), randn(2, 5, 6, seed=43)
+        mask = random_bool(3, 5, seed=44)
+        mine = [leaf(t) for t in (q, k, v)]
+        theirs = [leaf(t) for t in (q, k, v)]
+        expected, _ = ref.scaled_dot_product_attention(*theirs, mask=mask)
+        got = call_student(
+            candidate,
+            *mine,
+            mask=mask,
+            what="scaled_dot_product_attention(query, key, value, mask)",
+        )
+        got_out = expect_tuple(got, 2, "scaled_dot_product_attention", ("output", "weights"))[0]
+        expect_close(got_out, expected, "output")
+        backward_both(got_out, expected)
+        for name, a, b in zip(("`query`", "`key`", "`value`"), mine, theirs):
+            expect_grad(a.grad, b.grad, name)
+
+    return run
+
+
+def check_scaled_dot_product_attention(candidate, *, timeout: float = 10.0) -> Report:
+    """Check ``scaled_dot_product_attention(query, key, value, mask=None, dropout_p=0.0,
+    scale=None) -> (output, weights)``."""
+    target = "scaled_dot_product_attention"
+    problem = function_problem(candidate, target)
+    if problem:
+        return single_failure(target, "is a function", problem)
+    B, T, S, Dk, Dv, H = 2, 3, 5, 4, 6, 3
+    q3, k3, v3 = randn(B, T, Dk, seed=31), randn(B, S, Dk, seed=32), randn(B, S, Dv, seed=33)
+    q4, k4, v4 = (
+        randn(B, H, T, Dk, seed=34),
+        randn(B, H, S, Dk, seed=35),
+        randn(B, H, S, Dv, seed=36),
+    )
+    causal_like = random_bool(T, S, seed=37)
+    lengths = torch.tensor([3, 5])
+    padding = (torch.arange(S) < lengths[:, None])[:, None, None, :]  # (B, 1, 1, S)
+    fully_masked = random_bool(B, T, S, seed=38)
+    fully_masked[0, 1] = False
+    float_mask = torch.zeros(T, S, dtype=torch.float64).masked_fill(~causal_like, float("-inf"))
+    cases = [
+        Case("3-D inputs, T != S, d_k != d_v", _sdpa_case(candidate, q3, k3, v3)),
+        Case("4-D inputs with heads (B, H, T, d_k)", _sdpa_case(candidate, q4, k4, v4)),
+        Case(
+            "2-D inputs (no batch axis)",
+            _sdpa_case(candidate, randn(4, 3, seed=39), randn(6, 3, seed=40), randn(6, 2, seed=45)),
+        ),
+        Case("T = 1", _sdpa_case(candidate, q3[:, :1], k3, v3)),
+        Case("explicit scale=0.3", _sdpa_case(candidate, q3, k3, v3, scale=0.3)),
+        Case(
+            "bool mask (T, S) broadcast over the batch",
+            _sdpa_case(candidate, q3, k3, v3, mask=causal_like),
+        ),
+        Case(
+            "padding mask (B, 1, 1, S) on 4-D inputs",
+            _sdpa_case(candidate, q4, k4, v4, mask=padding),
+        ),
+        Case(
+            "fully masked query row: zero weights and zero output",
+            _sdpa_case(candidate, q3, k3, v3, mask=fully_masked),
+        ),
+        Case("float additive mask (0 / -inf)", _sdpa_case(candidate, q3, k3, v3, mask=float_mask)),
+        Case(
+            "very large scores (~1e4) give no NaN",
+            _sdpa_case(candidate, 60.0 * q3, 60.0 * k3, v3),
+        ),
+        Case("gradients flow to query, key and value", _sdpa_grad(candidate)),
+    ]
+    return run_cases(target, cases, timeout)
+
+
+# ---------------------------------------------------------------- additive attention
+
+
+def _additive_variants(module, query, keys, values, mask) -> dict[str, tuple]:
+    W, U, v = module.W.weight, module.U.weight, module.v.weight
+    q = query if query.dim() == 3 else query[:, None, :]  # (B, Dq) -> (B, 1, Dq)
+    m = None
+    if mask is not None:
+        m = mask if query.dim() == 3 else mask[:, None, :]  # (B, S) -> (B, 1, S)
+    features = (q @ W.T)[:, :, None, :] + (keys @ U.T)[:, None, :, :]  # (B, T, S, hidden)
+
+    def finish(scores, dim=-1, ignore_mask=False, **kw):
+        out, weights = _attend(scores, values, None if ignore_mask else m, dim=dim, **kw)
+        if query.dim() == 2:
+            return out[:, 0], weights[:, 0]
+        return out, weights
+
+    good = (torch.tanh(features) @ v.T)[..., 0]  # (B, T, S)
+    variants = {
+        "the tanh is missing: score = v^T tanh(W q + U k)": finish((features @ v.T)[..., 0]),
+        "you used relu instead of tanh: score = v^T tanh(W q + U k)": finish(
+            (torch.relu(features) @ v.T)[..., 0]
+        ),
+        "your scores are scaled by 1/sqrt(hidden_dim): additive attention does not scale": finish(
+            good / math.sqrt(W.shape[0])
+        ),
+    }
+    if query.dim() == 3:
+        variants[
+            "your softmax runs over the query axis (dim=-2): the weights must sum to 1 over the "
+            "keys"
+        ] = finish(good, dim=-2)
+    else:
+        out, weights = finish(good)
+        variants[
+            "you kept the query axis: for a single query (B, Dq) return context (B, Dv) and "
+            "weights (B, S)"
+        ] = (out[:, None], weights[:, None])
+    if query.dim() == 2 and query.shape[0] > 1:
+        batch_weights = _masked_softmax(good, m, dim=0)  # (B, 1, S), sums to 1 over B
+        variants[
+            "your softmax runs over the batch axis (dim=0): the weights must sum to 1 over the "
+            "keys (dim=-1)"
+        ] = ((batch_weights @ values)[:, 0], batch_weights[:, 0])
+    if mask is not None:
+        variants["the mask is inverted: True means 'may attend'"] = finish(good, invert=True)
+        variants["the mask is applied after the softmax: mask the scores before it"] = finish(
+            good, after=True
+        )
+        variants["the mask is ignored: fill the scores of masked keys with -inf"] = finish(
+            good, ignore_mask=True
+        )
+        variants["a fully masked row gives NaN: give such rows zero weights and a zero context"] = (
+            finish(good, fill="nan")
+        )
+    return variants
+
+
+def _masked_softmax(scores, mask, dim):
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.nan_to_num(torch.softmax(scores, dim=dim), nan=0.0)
+
+
+def _additive_case(candidate, query, keys, values, mask=None, dims=(3, 5, 4)):
+    def run():
+        student, reference = build_pair(candidate, ref.AdditiveAttention, dims)
+        reference.eval()
+        student.eval()
+        expected_ctx, expected_w = reference(query, keys, values, mask=mask)
+        kwargs = {} if mask is None else {"mask": mask}
+        got = call_student(
+            student,
+            query,
+            keys,
+            values,
+            what="attention(query, keys, values" + (", mask)" if mask is not None else ")"),
+            arg_names=("query", "keys", "values"),
+            **kwargs,
+        )
+        got = expect_tuple(got, 2, "AdditiveAttention.forward", ("context", "weights"))
+        _check_pair_order(got, expected_ctx, expected_w, ("context", "weights"))
+        with torch.no_grad():
+            variants = _additive_variants(reference, query, keys, values, mask)
+        expect_weights_then_output(
+            got[::-1],
+            expected_w,
+            expected_ctx,
+            variants,
+            weights_name="weights",
+            output_name="context",
+        )
+
+    return run
+
+
+def _additive_grad(candidate):
+    def run():
+        student, reference = build_pair(candidate, ref.AdditiveAttention, (3, 5, 4))
+        query, keys, values = (
+            randn(2, 2, 3, seed=61),
+            randn(2, 4, 5, seed=62),
+            randn(2, 4, 6, seed=63),
+        )
+        mask = random_bool(2, 1, 4, seed=64)
+        mine = [leaf(t) for t in (query, keys, values)]
+        theirs = [leaf(t) for t in (query, keys, values)]
+        expected, _ = reference(*theirs, mask=mask)
+        got = call_student(student, *mine, mask=mask, what="attention(query, keys, values, mask)")
+        got_ctx = expect_tuple(got, 2, "AdditiveAttention.forward", ("context", "weights"))[0]
+        expect_close(got_ctx, expected, "context")
+        backward_both(got_ctx, expected)
+        compare_param_grads(student, reference, "AdditiveAttention")
+        for name, a, b in zip(("`query`", "`keys`", "`values`"), mine, theirs):
+            expect_grad(a.grad, b.grad, name)
+
+    return run
+
+
+def check_additive_attention(candidate, *, timeout: float = 10.0) -> Report:
+    """Check the class ``AdditiveAttention(query_dim, key_dim, hidden_dim)``."""
+    target = "additive_attention"
+    problem = class_problem(candidate, target, "AdditiveAttention")
+    if problem:
+        return single_failure(target, "is an nn.Module class", problem)
+    B, T, S, Dq, Dk, Dv = 2, 3, 5, 3, 5, 6
+    q2, q3 = randn(B, Dq, seed=51), randn(B, T, Dq, seed=52)
+    keys, values = randn(B, S, Dk, seed=53), randn(B, S, Dv, seed=54)
+    mask2 = torch.arange(S) < torch.tensor([3, 5])[:, None]  # (B, S)
+    mask3 = random_bool(B, 1, S, seed=55)  # (B, 1, S)
+    fully = random_bool(B, T, S, seed=56)
+    fully[1, 0] = False
+    cases = [
+        Case(
+            "query (B, Dq): context (B, Dv), weights (B, S)",
+            _additive_case(candidate, q2, keys, values),
+        ),
+        Case(
+            "query (B, T, Dq): context (B, T, Dv), weights (B, T, S)",
+            _additive_case(candidate, q3, keys, values),
+        ),
+        Case("S = 1", _additive_case(candidate, q3, keys[:, :1], values[:, :1])),
+        Case(
+            "padding mask (B, S) with query (B, Dq)",
+            _additive_case(candidate, q2, keys, values, mask2),
+        ),
+        Case(
+            "mask (B, 1, S) broadcast over T queries",
+            _additive_case(candidate, q3, keys, values, mask3),
+        ),
+        Case(
+            "fully masked query row: zero weights and zero context",
+            _additive_case(candidate, q3, keys, values, fully),
+        ),
+        Case("gradients reach W, U, v and the inputs", _additive_grad(candidate)),
+    ]
+    return run_cases(target, cases, timeout)

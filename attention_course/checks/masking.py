@@ -1,0 +1,153 @@
+"""Checkers for the masks: ``causal_mask`` and ``padding_mask`` (True = may attend)."""
+
+from __future__ import annotations
+
+import torch
+
+from attention_course import masking as ref
+
+from ._compare import expect_close
+from ._report import Report
+from ._runner import Case, CaseFailed, call_student, function_problem, run_cases, single_failure
+
+_BOOL_HINT = "build it with `dtype=torch.bool` (or compare with `<`/`<=`, which gives bools)"
+
+
+def _causal_mistakes(size: int):
+    ones = torch.ones(size, size, dtype=torch.bool)
+    return [
+        (
+            "the diagonal is excluded (off by one): a token may attend to itself, so use "
+            "`torch.tril(...)` with diagonal=0",
+            lambda: ones.tril(-1),
+        ),
+        (
+            "the mask includes one future position (off by one): use diagonal=0, not 1",
+            lambda: ones.tril(1),
+        ),
+        (
+            "the mask is inverted (True on the future): True must mean 'may attend', i.e. "
+            "on and below the diagonal",
+            lambda: ~ones.tril(),
+        ),
+        (
+            "the mask is transposed (True on and above the diagonal): that lets every token see "
+            "the future; use `torch.tril`, not `torch.triu`",
+            lambda: ones.triu(),
+        ),
+    ]
+
+
+def _causal_case(candidate, size: int, with_device: bool = False):
+    def run():
+        expected = ref.causal_mask(size)
+        kwargs = {"device": torch.device("cpu")} if with_device else {}
+        what = f"causal_mask({size}" + (", device=torch.device('cpu'))" if with_device else ")")
+        got = call_student(candidate, size, what=what, **kwargs)
+        mistakes = _causal_mistakes(size)
+        if (
+            isinstance(got, torch.Tensor)
+            and got.dtype != torch.bool
+            and got.shape == expected.shape
+        ):
+            # Name the logic mistake too when the dtype is also wrong.
+            try:
+                bool_got = got.detach().bool()
+            except Exception:  # noqa: BLE001
+                bool_got = None
+            if bool_got is not None and torch.equal(bool_got, expected):
+                raise CaseFailed(
+                    f"the mask has dtype {got.dtype}, expected torch.bool (True = may attend): "
+                    f"{_BOOL_HINT}"
+                )
+        expect_close(got, expected, "the mask", mistakes=mistakes)
+        if with_device and got.device != torch.device("cpu"):
+            raise CaseFailed(f"the mask is on {got.device}, expected the requested device cpu")
+
+    return run
+
+
+def check_causal_mask(candidate, *, timeout: float = 10.0) -> Report:
+    """Check ``causal_mask(size, device=None) -> bool (size, size)``, True on and below
+    the diagonal."""
+    problem = function_problem(candidate, "causal_mask")
+    if problem:
+        return single_failure("causal_mask", "is a function", problem)
+    cases = [
+        Case("size 1", _causal_case(candidate, 1)),
+        Case("size 2", _causal_case(candidate, 2)),
+        Case("size 5", _causal_case(candidate, 5)),
+        Case("size 8", _causal_case(candidate, 8)),
+        Case("device argument", _causal_case(candidate, 4, with_device=True)),
+    ]
+    return run_cases("causal_mask", cases, timeout)
+
+
+def _padding_mistakes(lengths: torch.Tensor, max_len: int | None):
+    S = int(lengths.max()) if max_len is None else max_len
+    positions = torch.arange(S)
+    return [
+        (
+            "the mask is inverted (True at the padding): True must mark the real tokens, "
+            "position s is real when s < length",
+            lambda: positions[None, :] >= lengths[:, None],
+        ),
+        (
+            "lengths compared with <= instead of < (off by one): a sequence of length L has "
+            "real tokens at positions 0..L-1, so position L is already padding",
+            lambda: positions[None, :] <= lengths[:, None],
+        ),
+        (
+            "`max_len` is ignored: the mask must have max_len columns when max_len is given",
+            lambda: torch.arange(int(lengths.max()))[None, :] < lengths[:, None],
+        ),
+        (
+            "the mask is transposed: its shape is (B, max_len), one row per sequence",
+            lambda: (positions[None, :] < lengths[:, None]).T,
+        ),
+    ]
+
+
+def _padding_case(candidate, lengths: list[int], max_len: int | None = None):
+    def run():
+        lengths_t = torch.tensor(lengths)
+        expected = ref.padding_mask(lengths_t, max_len)
+        args = (lengths_t,) if max_len is None else (lengths_t, max_len)
+        what = f"padding_mask(torch.tensor({lengths})" + (
+            ")" if max_len is None else f", max_len={max_len})"
+        )
+        got = call_student(candidate, *args, what=what, arg_names=("lengths",))
+        mistakes = _padding_mistakes(lengths_t, max_len)
+        if (
+            isinstance(got, torch.Tensor)
+            and got.dtype != torch.bool
+            and got.shape == expected.shape
+        ):
+            try:
+                same = torch.equal(got.detach().bool(), expected)
+            except Exception:  # noqa: BLE001
+                same = False
+            if same:
+                raise CaseFailed(
+                    f"the mask has dtype {got.dtype}, expected torch.bool (True = real token): "
+                    f"{_BOOL_HINT}"
+                )
+        expect_close(got, expected, "the mask", mistakes=mistakes)
+
+    return run
+
+
+def check_padding_mask(candidate, *, timeout: float = 10.0) -> Report:
+    """Check ``padding_mask(lengths, max_len=None) -> bool (B, max_len)``, True at real
+    tokens."""
+    problem = function_problem(candidate, "padding_mask")
+    if problem:
+        return single_failure("padding_mask", "is a function", problem)
+    cases = [
+        Case("lengths [3, 1, 4], max_len from the lengths", _padding_case(candidate, [3, 1, 4])),
+        Case("lengths [2, 5], max_len=7", _padding_case(candidate, [2, 5], 7)),
+        Case("an empty sequence (length 0)", _padding_case(candidate, [0, 2], 3)),
+        Case("no padding at all", _padding_case(candidate, [3, 3], 3)),
+        Case("a single sequence", _padding_case(candidate, [4], 6)),
+    ]
+    return run_cases("padding_mask", cases, timeout)

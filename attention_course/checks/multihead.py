@@ -1,0 +1,379 @@
+"""Checkers for multi-head attention: ``split_heads``, ``merge_heads`` and
+``MultiHeadAttention``."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attention_course import multihead as ref
+
+from ._compare import expect_close, expect_grad, expect_tuple, fmt_shape
+from ._data import leaf, randn, random_bool
+from ._modules import backward_both, build_pair, compare_param_grads
+from ._report import Report
+from ._runner import (
+    Case,
+    CaseFailed,
+    call_student,
+    class_problem,
+    function_problem,
+    run_cases,
+    single_failure,
+)
+from .attention import _attend, expect_weights_then_output
+
+# ---------------------------------------------------------------- split / merge
+
+_SPLIT_NO_TRANSPOSE = (
+    "heads reshaped without the transpose: reshaping (B, T, D) straight to (B, H, T, Dh) "
+    "mixes the features of different tokens into one head; view as (B, T, H, Dh), then "
+    "`.transpose(1, 2)`"
+)
+_SPLIT_INTERLEAVED = (
+    "the features are cut the wrong way round: head h must get the contiguous slice "
+    "x[..., h*Dh:(h+1)*Dh], so view as (B, T, H, Dh), not (B, T, Dh, H)"
+)
+_MERGE_NO_TRANSPOSE = (
+    "heads merged without the transpose: reshaping (B, H, T, Dh) straight to (B, T, D) "
+    "mixes tokens; `.transpose(1, 2)` to (B, T, H, Dh) first, then reshape"
+)
+_MERGE_INTERLEAVED = (
+    "the heads' features are interleaved: transpose to (B, T, H, Dh) (not (B, T, Dh, H)) "
+    "before reshaping, so the output is [head 1 | head 2 | ...]"
+)
+
+
+def _split_mistakes(x: torch.Tensor, H: int):
+    B, T, D = x.shape
+    Dh = D // H
+    return [
+        (_SPLIT_NO_TRANSPOSE, lambda: x.reshape(B, H, T, Dh)),
+        (_SPLIT_INTERLEAVED, lambda: x.reshape(B, T, Dh, H).permute(0, 3, 1, 2)),
+        (
+            "the transpose is missing: after the view (B, T, H, Dh), bring the heads forward "
+            "with `.transpose(1, 2)` to get (B, H, T, Dh)",
+            lambda: x.reshape(B, T, H, Dh),
+        ),
+    ]
+
+
+def _merge_mistakes(x: torch.Tensor):
+    B, H, T, Dh = x.shape
+    return [
+        (_MERGE_NO_TRANSPOSE, lambda: x.reshape(B, T, H * Dh)),
+        (_MERGE_INTERLEAVED, lambda: x.permute(0, 2, 3, 1).reshape(B, T, H * Dh)),
+        (
+            "the reshape is missing: after the transpose (B, T, H, Dh), reshape to (B, T, D)",
+            lambda: x.transpose(1, 2),
+        ),
+    ]
+
+
+def _split_case(candidate, shape: tuple[int, int, int], H: int, seed: int, grad: bool = False):
+    def run():
+        x = randn(*shape, seed=seed)
+        mine, theirs = (leaf(x), leaf(x)) if grad else (x, x)
+        expected = ref.split_heads(theirs, H)
+        got = call_student(
+            candidate, mine, H, what=f"split_heads(x {fmt_shape(shape)}, {H})", arg_names=("x",)
+        )
+        expect_close(got, expected, "the result", mistakes=_split_mistakes(x, H))
+        if grad:
+            backward_both(got, expected)
+            expect_grad(mine.grad, theirs.grad, "`x`")
+
+    return run
+
+
+def check_split_heads(candidate, *, timeout: float = 10.0) -> Report:
+    """Check ``split_heads(x (B, T, D), num_heads) -> (B, H, T, Dh)``."""
+    problem = function_problem(candidate, "split_heads")
+    if problem:
+        return single_failure("split_heads", "is a function", problem)
+    cases = [
+        Case("(B, T, D) = (2, 3, 8), H = 2", _split_case(candidate, (2, 3, 8), 2, seed=71)),
+        Case("H = 1", _split_case(candidate, (2, 3, 6), 1, seed=72)),
+        Case("H = 4", _split_case(candidate, (2, 5, 8), 4, seed=73)),
+        Case("B = 1, T = 5, D = 6, H = 3", _split_case(candidate, (1, 5, 6), 3, seed=74)),
+        Case("T = 1", _split_case(candidate, (3, 1, 8), 2, seed=75)),
+        Case("gradient flows to x", _split_case(candidate, (2, 3, 8), 2, seed=76, grad=True)),
+    ]
+    return run_cases("split_heads", cases, timeout)
+
+
+def _merge_case(candidate, shape: tuple[int, int, int, int], seed: int, grad: bool = False):
+    def run():
+        x = randn(*shape, seed=seed)
+        mine, theirs = (leaf(x), leaf(x)) if grad else (x, x)
+        expected = ref.merge_heads(theirs)
+        got = call_student(
+            candidate, mine, what=f"merge_heads(x {fmt_shape(shape)})", arg_names=("x",)
+        )
+        expect_close(got, expected, "the result", mistakes=_merge_mistakes(x))
+        if grad:
+            backward_both(got, expected)
+            expect_grad(mine.grad, theirs.grad, "`x`")
+
+    return run
+
+
+def _merge_roundtrip(candidate):
+    def run():
+        x = randn(2, 5, 6, seed=86)
+        got = call_student(candidate, ref.split_heads(x, 3), what="merge_heads(split_heads(x, 3))")
+        expect_close(
+            got,
+            x,
+            "merge_heads(split_heads(x, 3))",
+            mistakes=_merge_mistakes(ref.split_heads(x, 3)),
+        )
+
+    return run
+
+
+def check_merge_heads(candidate, *, timeout: float = 10.0) -> Report:
+    """Check ``merge_heads(x (B, H, T, Dh)) -> (B, T, H * Dh)``."""
+    problem = function_problem(candidate, "merge_heads")
+    if problem:
+        return single_failure("merge_heads", "is a function", problem)
+    cases = [
+        Case("(B, H, T, Dh) = (2, 2, 3, 4)", _merge_case(candidate, (2, 2, 3, 4), seed=81)),
+        Case("H = 1", _merge_case(candidate, (2, 1, 3, 5), seed=82)),
+        Case("H = 4, T = 5", _merge_case(candidate, (2, 4, 5, 2), seed=83)),
+        Case("B = 1, T = 1", _merge_case(candidate, (1, 3, 1, 4), seed=84)),
+        Case("undoes split_heads", _merge_roundtrip(candidate)),
+        Case("gradient flows to x", _merge_case(candidate, (2, 3, 4, 2), seed=85, grad=True)),
+    ]
+    return run_cases("merge_heads", cases, timeout)
+
+
+# ---------------------------------------------------------------- MultiHeadAttention
+
+
+def _mha_variant(
+    module,
+    query,
+    key,
+    value,
+    mask=None,
+    *,
+    split="ok",
+    merge="ok",
+    scale="d_head",
+    out_proj=True,
+    **attend_kwargs,
+):
+    """Multi-head attention with the reference's weights and one mistake switched on."""
+    H, D = module.num_heads, module.w_q.out_features
+    Dh = D // H
+
+    def split_(x):
+        B, L, _ = x.shape
+        if split == "no-transpose":
+            return x.reshape(B, H, L, Dh)
+        return x.reshape(B, L, H, Dh).transpose(1, 2)
+
+    def merge_(x):
+        B, _, L, _ = x.shape
+        if merge == "no-transpose":
+            return x.reshape(B, L, D)
+        return x.transpose(1, 2).reshape(B, L, D)
+
+    q, k, v = split_(module.w_q(query)), split_(module.w_k(key)), split_(module.w_v(value))
+    factor = {"d_head": 1 / math.sqrt(Dh), "d_model": 1 / math.sqrt(D), "none": 1.0}[scale]
+    heads, weights = _attend(q @ k.transpose(-2, -1) * factor, v, mask, **attend_kwargs)
+    out = merge_(heads)
+    return (module.w_o(out) if out_proj else out), weights
+
+
+def _mha_variants(module, query, key, value, mask) -> dict[str, tuple]:
+    def v(**kwargs):
+        return _mha_variant(module, query, key, value, mask, **kwargs)
+
+    variants = {}
+    if module.num_heads > 1:
+        variants[_SPLIT_NO_TRANSPOSE] = v(split="no-transpose")
+        variants[_MERGE_NO_TRANSPOSE] = v(merge="no-transpose")
+        variants[_SPLIT_NO_TRANSPOSE + " (and merged back the same way)"] = v(
+            split="no-transpose", merge="no-transpose"
+        )
+        variants[
+            "the scores are scaled by 1/sqrt(d_model): each head has width d_head = d_model / H, "
+            "so scale by 1/sqrt(d_head)"
+        ] = v(scale="d_model")
+    variants["the 1/sqrt(d_head) scaling of the scores is missing"] = v(scale="none")
+    variants[
+        "the output projection w_o is not applied: mix the concatenated heads with self.w_o"
+    ] = v(out_proj=False)
+    variants[
+        "your softmax runs over the query axis (dim=-2): the weights must sum to 1 over the keys"
+    ] = v(dim=-2)
+    if mask is not None and mask.dtype == torch.bool:
+        variants["the mask is inverted: True means 'may attend'"] = v(invert=True)
+        variants["the mask is ignored: pass it on to the attention"] = _mha_variant(
+            module, query, key, value, None
+        )
+        variants[
+            "a fully masked row gives NaN: give such rows zero weights (and a zero attention "
+            "output)"
+        ] = v(fill="nan")
+    good = v()
+    variants["the weights are averaged over the heads: return one map per head, (B, H, T, S)"] = (
+        good[0],
+        good[1].mean(dim=1),
+    )
+    return variants
+
+
+def _mha_case(candidate, init: dict, shapes, mask=None, need_weights=True, train=False):
+    """Compare outputs (and weights) of the student's and the reference's module."""
+    (B, T, S), kdim, vdim = shapes
+
+    def run():
+        student, reference = build_pair(candidate, ref.MultiHeadAttention, kwargs=init)
+        student.train(train)
+        reference.train(train)
+        D = init["d_model"]
+        query = randn(B, T, D, seed=91)
+        key = randn(B, S, kdim, seed=92)
+        value = randn(B, S, vdim, seed=93)
+        expected_out, expected_w = reference(
+            query, key, value, mask=mask, need_weights=need_weights
+        )
+        kwargs = {}
+        if mask is not None:
+            kwargs["mask"] = mask
+        if not need_weights:
+            kwargs["need_weights"] = False
+        what = "mha(query, key, value" + "".join(f", {k}=..." for k in kwargs) + ")"
+        got = call_student(
+            student, query, key, value, what=what, arg_names=("query", "key", "value"), **kwargs
+        )
+        got = expect_tuple(got, 2, "MultiHeadAttention.forward", ("output", "weights"))
+        with torch.no_grad():
+            variants = _mha_variants(reference, query, key, value, mask)
+        if need_weights:
+            expect_weights_then_output(
+                got[::-1],
+                expected_w,
+                expected_out,
+                variants,
+                weights_name="weights",
+                output_name="output",
+            )
+        else:
+            expect_close(
+                got[0],
+                expected_out,
+                "output",
+                mistakes=[(d, lambda v=v: v[0]) for d, v in variants.items()],
+            )
+            if got[1] is not None:
+                raise CaseFailed(
+                    "with need_weights=False the weights must be None, got "
+                    + (
+                        fmt_shape(got[1].shape)
+                        if isinstance(got[1], torch.Tensor)
+                        else type(got[1]).__name__
+                    )
+                )
+
+    return run
+
+
+def _mha_grad(candidate):
+    def run():
+        init = {"d_model": 8, "num_heads": 2, "kdim": 5, "vdim": 7}
+        student, reference = build_pair(candidate, ref.MultiHeadAttention, kwargs=init)
+        inputs = (randn(2, 3, 8, seed=94), randn(2, 4, 5, seed=95), randn(2, 4, 7, seed=96))
+        mask = random_bool(2, 1, 3, 4, seed=97)
+        mine = [leaf(t) for t in inputs]
+        theirs = [leaf(t) for t in inputs]
+        expected, _ = reference(*theirs, mask=mask)
+        got = call_student(student, *mine, mask=mask, what="mha(query, key, value, mask)")
+        got_out = expect_tuple(got, 2, "MultiHeadAttention.forward", ("output", "weights"))[0]
+        expect_close(got_out, expected, "output")
+        backward_both(got_out, expected)
+        compare_param_grads(student, reference, "MultiHeadAttention")
+        for name, a, b in zip(("`query`", "`key`", "`value`"), mine, theirs):
+            expect_grad(a.grad, b.grad, name)
+
+    return run
+
+
+def _mha_attributes(candidate):
+    def run():
+        student, _ = build_pair(
+            candidate, ref.MultiHeadAttention, kwargs={"d_model": 12, "num_heads": 3}
+        )
+        for name, value in (("num_heads", 3), ("d_head", 4)):
+            got = getattr(student, name, None)
+            if got != value:
+                raise CaseFailed(f"MultiHeadAttention(12, 3).{name} should be {value}, got {got!r}")
+
+    return run
+
+
+def check_multi_head_attention(candidate, *, timeout: float = 10.0) -> Report:
+    """Check the class ``MultiHeadAttention(d_model, num_heads, dropout=0.0, bias=True,
+    kdim=None, vdim=None)``."""
+    target = "multi_head_attention"
+    problem = class_problem(candidate, target, "MultiHeadAttention")
+    if problem:
+        return single_failure(target, "is an nn.Module class", problem)
+    B, T, S = 2, 4, 6
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    additive = torch.zeros(T, T, dtype=torch.float64).masked_fill(~causal, float("-inf"))
+    padding = (torch.arange(S) < torch.tensor([4, 6])[:, None])[:, None, None, :]  # (B,1,1,S)
+    fully = random_bool(B, 1, T, S, seed=98)
+    fully[1, 0, 2] = False
+    base = {"d_model": 8, "num_heads": 2}
+    cross = {"d_model": 8, "num_heads": 2, "kdim": 5, "vdim": 7}
+    cases = [
+        Case("attributes num_heads and d_head", _mha_attributes(candidate)),
+        Case(
+            "self-attention, d_model=8, H=2",
+            _mha_case(candidate, base, ((B, T, T), 8, 8)),
+        ),
+        Case(
+            "H = 1",
+            _mha_case(candidate, {"d_model": 6, "num_heads": 1}, ((B, T, T), 6, 6)),
+        ),
+        Case(
+            "H = 4, a single query (T = 1)",
+            _mha_case(candidate, {"d_model": 8, "num_heads": 4}, ((B, 1, S), 8, 8)),
+        ),
+        Case(
+            "cross-attention: T != S, kdim=5, vdim=7",
+            _mha_case(candidate, cross, ((B, T, S), 5, 7)),
+        ),
+        Case(
+            "bias=False",
+            _mha_case(candidate, {**base, "bias": False}, ((B, T, S), 8, 8)),
+        ),
+        Case("causal mask (T, T)", _mha_case(candidate, base, ((B, T, T), 8, 8), mask=causal)),
+        Case(
+            "float additive causal mask (0 / -inf)",
+            _mha_case(candidate, base, ((B, T, T), 8, 8), mask=additive),
+        ),
+        Case(
+            "padding mask (B, 1, 1, S)",
+            _mha_case(candidate, cross, ((B, T, S), 5, 7), mask=padding),
+        ),
+        Case(
+            "fully masked query row",
+            _mha_case(candidate, base, ((B, T, S), 8, 8), mask=fully),
+        ),
+        Case(
+            "need_weights=False returns (output, None)",
+            _mha_case(candidate, base, ((B, T, S), 8, 8), need_weights=False),
+        ),
+        Case(
+            "dropout=0.3 is off in eval mode",
+            _mha_case(candidate, {**base, "dropout": 0.3}, ((B, T, S), 8, 8)),
+        ),
+        Case("gradients reach every parameter and input", _mha_grad(candidate)),
+    ]
+    return run_cases(target, cases, timeout)

@@ -1,0 +1,470 @@
+"""Checkers for normalisation: ``LayerNorm`` and ``BatchNorm1d``."""
+
+from __future__ import annotations
+
+import torch
+
+from attention_course import norms as ref
+
+from ._compare import expect_close, expect_grad
+from ._data import leaf, randn
+from ._modules import backward_both, build_pair, compare_param_grads
+from ._report import Report
+from ._runner import (
+    Case,
+    CaseFailed,
+    call_student,
+    class_problem,
+    run_cases,
+    single_failure,
+)
+
+# ---------------------------------------------------------------- LayerNorm
+
+_UNBIASED = (
+    "you used the unbiased variance (divides by N-1, the default of torch.var/torch.std): "
+    "normalisation uses the biased variance, `x.var(dim, unbiased=False)` or "
+    "`((x - mean) ** 2).mean(dim)`"
+)
+_EPS_OUTSIDE = (
+    "eps is outside the square root: compute (x - mean) / sqrt(var + eps), not "
+    "(x - mean) / (std + eps)"
+)
+
+
+def _layer_norm(x, dims, weight, bias, eps, *, unbiased=False, eps_outside=False, eps_used=None):
+    eps = eps if eps_used is None else eps_used
+    mean = x.mean(dim=dims, keepdim=True)
+    var = x.var(dim=dims, keepdim=True, unbiased=unbiased)
+    if eps_outside:
+        y = (x - mean) / (var.sqrt() + eps)
+    else:
+        y = (x - mean) / torch.sqrt(var + eps)
+    if weight is not None:
+        y = y * weight + bias
+    return y
+
+
+def _layer_norm_mistakes(module, x: torch.Tensor):
+    n = len(module.normalized_shape)
+    dims = tuple(range(-n, 0))
+    w, b, eps = module.weight, module.bias, module.eps
+
+    def ln(**kwargs):
+        return lambda: _layer_norm(x, dims, w, b, eps, **kwargs)
+
+    mistakes = [
+        (_UNBIASED, ln(unbiased=True)),
+        (_EPS_OUTSIDE, ln(eps_outside=True)),
+        (
+            f"the `eps` argument is ignored (you used 1e-5, this case uses eps={eps:g})",
+            ln(eps_used=1e-5),
+        ),
+        ("eps is missing: add it to the variance inside the square root", ln(eps_used=0.0)),
+    ]
+    if n > 1:
+        mistakes.append(
+            (
+                f"you normalised over the last axis only: normalized_shape="
+                f"{tuple(module.normalized_shape)} means mean and variance over the last {n} axes",
+                lambda: _layer_norm(
+                    x,
+                    (-1,),
+                    w,
+                    b,
+                    eps,
+                ),
+            )
+        )
+    mistakes.append(
+        (
+            "you normalised over the batch axis (dim=0): that is BatchNorm; LayerNorm "
+            "normalises each sample over its last axes",
+            lambda: _layer_norm(x, (0,), w, b, eps),
+        )
+    )
+    if w is not None:
+        mistakes += [
+            (
+                "`weight` and `bias` are not applied: finish with y * self.weight + self.bias",
+                lambda: _layer_norm(x, dims, None, None, eps),
+            ),
+            (
+                "`weight` and `bias` are swapped: y * weight + bias",
+                lambda: _layer_norm(x, dims, b, w, eps),
+            ),
+        ]
+    return mistakes
+
+
+def _layer_norm_case(candidate, init: dict, x: torch.Tensor, grad: bool = False):
+    def run():
+        student, reference = build_pair(candidate, ref.LayerNorm, kwargs=init)
+        mine, theirs = (leaf(x), leaf(x)) if grad else (x, x)
+        expected = reference(theirs)
+        got = call_student(student, mine, what="norm(x)", arg_names=("x",))
+        with torch.no_grad():
+            mistakes = _layer_norm_mistakes(reference, x)
+        expect_close(got, expected, "the output", mistakes=mistakes)
+        if grad:
+            backward_both(got, expected)
+            compare_param_grads(student, reference, "LayerNorm")
+            expect_grad(mine.grad, theirs.grad, "`x`")
+
+    return run
+
+
+def _layer_norm_state(candidate):
+    def run():
+        student, _ = build_pair(candidate, ref.LayerNorm, kwargs={"normalized_shape": (3, 4)})
+        for name in ("weight", "bias"):
+            param = getattr(student, name, None)
+            if not isinstance(param, torch.nn.Parameter):
+                raise CaseFailed(f"`{name}` should be an nn.Parameter of shape (3, 4)")
+            if tuple(param.shape) != (3, 4):
+                raise CaseFailed(
+                    f"`{name}` has shape {tuple(param.shape)}, expected normalized_shape (3, 4)"
+                )
+
+    return run
+
+
+def check_layer_norm(candidate, *, timeout: float = 10.0) -> Report:
+    """Check the class ``LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True)``."""
+    target = "layer_norm"
+    problem = class_problem(candidate, target, "LayerNorm")
+    if problem:
+        return single_failure(target, "is an nn.Module class", problem)
+    x = 2.0 + 3.0 * randn(2, 3, 8, seed=101)
+    tiny = 5.0 + 1e-3 * randn(2, 3, 8, seed=102)  # variance 1e-6, below eps = 1e-5
+    cases = [
+        Case("parameters shaped like normalized_shape", _layer_norm_state(candidate)),
+        Case(
+            "(B, T, D) input, normalized_shape=D (an int)",
+            _layer_norm_case(candidate, {"normalized_shape": 8}, x),
+        ),
+        Case(
+            "multi-axis normalized_shape=(T, D)",
+            _layer_norm_case(candidate, {"normalized_shape": (3, 8)}, x),
+        ),
+        Case(
+            "2-D input (N, D), normalized_shape=[D]",
+            _layer_norm_case(candidate, {"normalized_shape": [6]}, randn(5, 6, seed=103)),
+        ),
+        Case(
+            "tiny-variance input (variance below eps)",
+            _layer_norm_case(candidate, {"normalized_shape": 8}, tiny),
+        ),
+        Case(
+            "eps=1e-2 on a small-variance input",
+            _layer_norm_case(
+                candidate, {"normalized_shape": 8, "eps": 1e-2}, 0.1 * randn(2, 3, 8, seed=104)
+            ),
+        ),
+        Case(
+            "elementwise_affine=False (no parameters)",
+            _layer_norm_case(candidate, {"normalized_shape": 8, "elementwise_affine": False}, x),
+        ),
+        Case(
+            "gradients reach weight, bias and x",
+            _layer_norm_case(candidate, {"normalized_shape": (3, 8)}, x, grad=True),
+        ),
+    ]
+    return run_cases(target, cases, timeout)
+
+
+# ---------------------------------------------------------------- BatchNorm1d
+
+_BN_UNBIASED = (
+    "you normalised with the unbiased variance (N-1): in training BatchNorm normalises with "
+    "the biased batch variance (divide by N); only running_var uses the unbiased one"
+)
+_BN_RUNNING_BIASED = (
+    "running_var was updated with the biased variance: like nn.BatchNorm1d, update it with the "
+    "unbiased batch variance (multiply by N / (N - 1))"
+)
+_BN_MOMENTUM_SWAPPED = (
+    "momentum is used the wrong way round: running = (1 - momentum) * running + momentum * "
+    "batch_statistic (with momentum=0.1 the new batch gets weight 0.1, not 0.9)"
+)
+_BN_EVAL_BATCH = (
+    "eval mode still uses the batch statistics: in eval (self.training is False) normalise "
+    "with running_mean and running_var"
+)
+_BN_NO_UPDATE = (
+    "the running statistics are never updated: in training, update running_mean and "
+    "running_var in place (under torch.no_grad())"
+)
+_BN_3D_DIMS = (
+    "for a 3-D input (B, C, L) the statistics must be taken over the batch AND length axes, "
+    "dims (0, 2): one mean and variance per channel"
+)
+_BN_EPS_OUTSIDE = _EPS_OUTSIDE
+
+
+def _simulate_batch_norm(
+    weight,
+    bias,
+    steps,
+    eval_x,
+    momentum,
+    eps,
+    *,
+    unbiased_norm=False,
+    running_biased=False,
+    momentum_swapped=False,
+    eval_batch=False,
+    no_update=False,
+    dims_3d=(0, 2),
+    eps_outside=False,
+):
+    """A from-scratch BatchNorm with switchable mistakes: outputs and running stats."""
+    C = weight.shape[0]
+    running_mean = torch.zeros(C, dtype=weight.dtype)
+    running_var = torch.ones(C, dtype=weight.dtype)
+    outputs, means, variances = [], [], []
+
+    def normalise(x, mean, var):
+        shape = (1, C) if x.dim() == 2 else (1, C, 1)
+        if eps_outside:
+            y = (x - mean.view(shape)) / (var.view(shape).sqrt() + eps)
+        else:
+            y = (x - mean.view(shape)) / torch.sqrt(var.view(shape) + eps)
+        return y * weight.view(shape) + bias.view(shape)
+
+    for x in steps:
+        dims = (0,) if x.dim() == 2 else dims_3d
+        n = x.numel() // C if x.dim() == 2 or dims == (0, 2) else x.shape[0]
+        mean = x.mean(dim=dims)
+        biased = x.var(dim=dims, unbiased=False)
+        unbiased = biased * n / (n - 1)
+        if mean.dim() > 1:  # per-position statistics (the dims mistake): (C, L)
+            shape_mean, shape_var = mean, unbiased if unbiased_norm else biased
+            y = (x - shape_mean[None]) / torch.sqrt(shape_var[None] + eps)
+            outputs.append(y * weight.view(1, C, 1) + bias.view(1, C, 1))
+            mean, biased, unbiased = mean.mean(-1), biased.mean(-1), unbiased.mean(-1)
+        else:
+            outputs.append(normalise(x, mean, unbiased if unbiased_norm else biased))
+        if not no_update:
+            m = 1 - momentum if momentum_swapped else momentum
+            batch_var = biased if running_biased else unbiased
+            running_mean = (1 - m) * running_mean + m * mean
+            running_var = (1 - m) * running_var + m * batch_var
+        means.append(running_mean)
+        variances.append(running_var)
+    if eval_batch:
+        dims = (0,) if eval_x.dim() == 2 else (0, 2)
+        eval_out = normalise(eval_x, eval_x.mean(dim=dims), eval_x.var(dim=dims, unbiased=False))
+    else:
+        eval_out = normalise(eval_x, running_mean, running_var)
+    return outputs, means, variances, eval_out
+
+
+_BN_MISTAKES = {
+    _BN_UNBIASED: {"unbiased_norm": True},
+    _BN_EPS_OUTSIDE: {"eps_outside": True},
+    _BN_RUNNING_BIASED: {"running_biased": True},
+    _BN_MOMENTUM_SWAPPED: {"momentum_swapped": True},
+    _BN_EVAL_BATCH: {"eval_batch": True},
+    _BN_NO_UPDATE: {"no_update": True},
+    _BN_3D_DIMS: {"dims_3d": (0,)},
+}
+
+
+def _batch_inputs(C: int, three_d: bool, seed: int, tiny: bool = False):
+    """Three training batches and one eval batch with per-channel offsets and scales."""
+    shape = (6, C, 5) if three_d else (8, C)
+    view = (1, C, 1) if three_d else (1, C)
+    offsets = torch.linspace(-2.0, 3.0, C, dtype=torch.float64).view(view)
+    scales = torch.linspace(0.5, 2.5, C, dtype=torch.float64).view(view)
+    if tiny:
+        scales = scales * 1e-3
+    return [offsets + scales * randn(*shape, seed=seed + i) for i in range(4)]
+
+
+def _batch_norm_case(candidate, init: dict, three_d: bool, seed: int, what: str, tiny=False):
+    """One run of three training steps then eval; ``what`` picks what is compared."""
+
+    def run():
+        student, reference = build_pair(candidate, ref.BatchNorm1d, kwargs=init)
+        *steps, eval_x = _batch_inputs(init["num_features"], three_d, seed, tiny)
+        student.train()
+        reference.train()
+        weight, bias = reference.weight.detach(), reference.bias.detach()
+        momentum, eps = reference.momentum, reference.eps
+
+        def simulated(index_or_key):
+            def compute(**flags):
+                outputs, means, variances, eval_out = _simulate_batch_norm(
+                    weight, bias, steps, eval_x, momentum, eps, **flags
+                )
+                return {"train": outputs, "mean": means, "var": variances, "eval": eval_out}
+
+            return [
+                (text, lambda flags=flags: _pick(compute(**flags), index_or_key))
+                for text, flags in _BN_MISTAKES.items()
+            ]
+
+        for step, x in enumerate(steps):
+            expected = reference(x)
+            got = call_student(
+                student,
+                x,
+                what=f"bn(x) at training step {step + 1}",
+                arg_names=("x",),
+                error_hint=_BN_3D_DIMS if three_d else None,
+            )
+            if what == "train":
+                expect_close(
+                    got,
+                    expected,
+                    f"the training-mode output at step {step + 1}",
+                    mistakes=simulated(("train", step)),
+                )
+            if what == "running":
+                for name in ("running_mean", "running_var"):
+                    got_stat = getattr(student, name, None)
+                    if not isinstance(got_stat, torch.Tensor):
+                        raise CaseFailed(
+                            f"`{name}` is missing: register it with self.register_buffer"
+                        )
+                    key = "mean" if name == "running_mean" else "var"
+                    expect_close(
+                        got_stat,
+                        getattr(reference, name),
+                        f"`{name}` after training step {step + 1}",
+                        mistakes=simulated((key, step)),
+                    )
+                tracked = _count(student)
+                if tracked != step + 1:
+                    raise CaseFailed(
+                        f"`num_batches_tracked` should be {step + 1} after {step + 1} training "
+                        f"step(s), got {tracked}: add 1 to it at every training forward pass"
+                    )
+        if what == "eval":
+            student.eval()
+            reference.eval()
+            expected = reference(eval_x)
+            got = call_student(student, eval_x, what="bn(x) in eval mode", arg_names=("x",))
+            expect_close(got, expected, "the eval-mode output", mistakes=simulated(("eval", None)))
+            tracked = _count(student)
+            again = call_student(student, eval_x, what="bn(x) in eval mode", arg_names=("x",))
+            if _count(student) != tracked:
+                raise CaseFailed(
+                    "num_batches_tracked changed in eval mode: update the running statistics "
+                    "and the counter only when self.training is True"
+                )
+            expect_close(
+                again,
+                expected,
+                "the eval-mode output on a second call",
+                hints=[
+                    lambda _: (
+                        "the running statistics must not change in eval mode: update them "
+                        "only when self.training is True"
+                    )
+                ],
+            )
+
+    return run
+
+
+def _count(module) -> int | None:
+    tracked = getattr(module, "num_batches_tracked", None)
+    return int(tracked) if isinstance(tracked, torch.Tensor) and tracked.numel() == 1 else None
+
+
+def _pick(simulation: dict, index_or_key):
+    key, step = index_or_key
+    value = simulation[key]
+    return value if step is None else value[step]
+
+
+def _batch_norm_grad(candidate):
+    def run():
+        student, reference = build_pair(candidate, ref.BatchNorm1d, kwargs={"num_features": 3})
+        x = _batch_inputs(3, True, seed=121)[0]
+        mine, theirs = leaf(x), leaf(x)
+        expected = reference(theirs)
+        got = call_student(student, mine, what="bn(x)", arg_names=("x",), error_hint=_BN_3D_DIMS)
+        expect_close(got, expected, "the training-mode output")
+        backward_both(got, expected)
+        compare_param_grads(student, reference, "BatchNorm1d")
+        expect_grad(mine.grad, theirs.grad, "`x`")
+
+    return run
+
+
+def _batch_norm_fresh_eval(candidate):
+    def run():
+        student, reference = build_pair(candidate, ref.BatchNorm1d, kwargs={"num_features": 4})
+        student.eval()
+        reference.eval()
+        x = _batch_inputs(4, False, seed=131)[0]
+        expected = reference(x)
+        got = call_student(student, x, what="bn(x) in eval mode", arg_names=("x",))
+        expect_close(
+            got,
+            expected,
+            "the eval-mode output of a fresh module (running_mean 0, running_var 1)",
+            mistakes=[
+                (
+                    _BN_EVAL_BATCH,
+                    lambda: _simulate_batch_norm(
+                        reference.weight.detach(),
+                        reference.bias.detach(),
+                        [],
+                        x,
+                        0.1,
+                        1e-5,
+                        eval_batch=True,
+                    )[3],
+                )
+            ],
+        )
+
+    return run
+
+
+def check_batch_norm(candidate, *, timeout: float = 10.0) -> Report:
+    """Check the class ``BatchNorm1d(num_features, eps=1e-5, momentum=0.1)``: training
+    outputs, running statistics, evaluation, for (B, C) and (B, C, L) inputs."""
+    target = "batch_norm"
+    problem = class_problem(candidate, target, "BatchNorm1d")
+    if problem:
+        return single_failure(target, "is an nn.Module class", problem)
+    two = {"num_features": 4}
+    three = {"num_features": 3, "eps": 1e-3, "momentum": 0.3}
+    cases = [
+        Case(
+            "2-D input (B, C): training outputs",
+            _batch_norm_case(candidate, two, False, 111, "train"),
+        ),
+        Case(
+            "2-D input: running_mean, running_var, num_batches_tracked over 3 steps",
+            _batch_norm_case(candidate, two, False, 111, "running"),
+        ),
+        Case(
+            "2-D input: eval uses the running statistics",
+            _batch_norm_case(candidate, two, False, 111, "eval"),
+        ),
+        Case(
+            "3-D input (B, C, L), eps=1e-3, momentum=0.3: training outputs",
+            _batch_norm_case(candidate, three, True, 115, "train"),
+        ),
+        Case(
+            "3-D input: running statistics over 3 steps",
+            _batch_norm_case(candidate, three, True, 115, "running"),
+        ),
+        Case(
+            "3-D input: eval uses the running statistics",
+            _batch_norm_case(candidate, three, True, 115, "eval"),
+        ),
+        Case(
+            "tiny-variance input (variance below eps)",
+            _batch_norm_case(candidate, two, False, 119, "train", tiny=True),
+        ),
+        Case("a fresh module in eval mode", _batch_norm_fresh_eval(candidate)),
+        Case("gradients reach weight, bias and x (training mode)", _batch_norm_grad(candidate)),
+    ]
+    return run_cases(target, cases, timeout)

@@ -1,0 +1,478 @@
+"""Grade a submitted exercise notebook from the command line.
+
+``attention-course grade SUBMISSION.ipynb [--json] [--timeout SECONDS]``
+
+1. The notebook runs top to bottom in a fresh ``python3`` kernel (nbclient), each cell
+   under a time limit. A cell that raises or runs over its limit is recorded and the run
+   goes on, so one broken cell costs only what depends on it. The check cells are
+   skipped: the grader runs the checks itself, so deleting or editing a check cell
+   changes nothing.
+2. For every task listed in the notebook's metadata (``metadata.attention_course.tasks``,
+   written by the solved twin and kept by ``attention-course release``), the grader looks
+   up the task's name (``soft_argmax``, ``MultiHeadAttention``, ``chosen_beta``...) in
+   the kernel's namespace and runs its checker, or its quiz check, in that same kernel.
+3. Each task scores ``points x report.score``. What could not run scores zero, with the
+   reason: not defined (and why: the cell that defines it raised, or timed out, or was
+   deleted), the reference imported instead of the student's own code, a check that ran
+   over its time limit, a kernel that died.
+
+The exit status is 0 only when every task passes. ``--json`` prints a JSON document for
+a learning-management system instead of the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # nbformat and nbclient come with the `dev` extra; imported when used
+    from nbformat import NotebookNode
+
+DEFAULT_TIMEOUT = 60.0
+CHECK_TIMEOUT = 10.0  # each checker case's own time limit, inside the kernel
+MARKER = "@@attention-course-grade@@"
+KERNEL_NAME = "python3"
+
+# Target names of the checkers, for notebooks without task metadata.
+CHECKER_NAMES = {
+    "check_soft_argmax": "soft_argmax",
+    "check_set_attention": "set_attention",
+    "check_scaled_dot_product_attention": "scaled_dot_product_attention",
+    "check_additive_attention": "AdditiveAttention",
+    "check_causal_mask": "causal_mask",
+    "check_padding_mask": "padding_mask",
+    "check_split_heads": "split_heads",
+    "check_merge_heads": "merge_heads",
+    "check_multi_head_attention": "MultiHeadAttention",
+    "check_layer_norm": "LayerNorm",
+    "check_batch_norm": "BatchNorm1d",
+    "check_positionwise_feed_forward": "PositionwiseFeedForward",
+    "check_sinusoidal_positional_encoding": "sinusoidal_positional_encoding",
+    "check_encoder_layer": "EncoderLayer",
+    "check_decoder_layer": "DecoderLayer",
+}
+
+
+@dataclass
+class CellRun:
+    """What happened to one code cell of the submission."""
+
+    index: int
+    id: str
+    status: str  # "ok", "error", "timeout", "skipped", "not run"
+    error: str = ""
+
+
+@dataclass
+class TaskGrade:
+    """The grade of one task."""
+
+    id: str
+    kind: str  # "check" or "quiz"
+    name: str
+    points: float
+    score: float = 0.0
+    fraction: float = 0.0
+    passed: bool = False
+    reason: str = ""
+    notes: list[str] = field(default_factory=list)
+    report: dict | None = None
+
+
+@dataclass
+class Grade:
+    """The grade of a whole notebook."""
+
+    notebook: str
+    exercise: str
+    tasks: list[TaskGrade]
+    cells: list[CellRun]
+    timeout: float
+
+    @property
+    def score(self) -> float:
+        return round(sum(t.score for t in self.tasks), 2)
+
+    @property
+    def max_score(self) -> float:
+        return sum(t.points for t in self.tasks)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.tasks) and all(t.passed for t in self.tasks)
+
+    def to_dict(self) -> dict:
+        return {
+            "notebook": self.notebook,
+            "exercise": self.exercise,
+            "score": self.score,
+            "max_score": self.max_score,
+            "passed": self.passed,
+            "timeout": self.timeout,
+            "tasks": [asdict(t) for t in self.tasks],
+            "cell_problems": [asdict(c) for c in self.cells if c.status in ("error", "timeout")],
+        }
+
+    def table(self) -> str:
+        """The score table printed by ``attention-course grade``."""
+        rows = [("task", "points", "score", "first failing message")]
+        for t in self.tasks:
+            rows.append((t.name, f"{t.score:g}/{t.points:g}", f"{t.fraction:.0%}", t.reason))
+        width = [max(len(r[i]) for r in rows) for i in range(3)]
+        lines = [f"{self.exercise} ({self.notebook})"]
+        for row in rows:
+            cells = [row[i].ljust(width[i]) for i in range(3)]
+            lines.append(("  ".join(cells) + "  " + row[3]).rstrip())
+        lines.append(f"total: {self.score:g}/{self.max_score:g}")
+        notes = [f"  {t.name}: {note}" for t in self.tasks for note in t.notes]
+        problems = [
+            f"  cell {c.index} ({c.id}): {c.error}"
+            for c in self.cells
+            if c.status in ("error", "timeout")
+        ]
+        if notes:
+            lines += ["notes:", *notes]
+        if problems:
+            lines += ["cells that failed:", *problems]
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- tasks
+
+
+def _nbgrader(cell: NotebookNode) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def _is_check_cell(cell: NotebookNode) -> bool:
+    meta = _nbgrader(cell)
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+_CHECK_CALL = re.compile(r"\b(check_\w+)\(\s*(\w+)\s*\)")
+_QUIZ_CALL = re.compile(r"""\bcheck_quiz\(\s*["']([\w.]+)["']\s*,\s*(\w+)\s*\)""")
+
+
+def find_tasks(nb: NotebookNode) -> list[dict]:
+    """The tasks to grade: the notebook's metadata, else what its check cells call."""
+    tasks = nb.metadata.get("attention_course", {}).get("tasks")
+    if tasks:
+        return [dict(t) for t in tasks]
+    found = []
+    for cell in nb.cells:
+        if not _is_check_cell(cell):
+            continue
+        meta = _nbgrader(cell)
+        points = meta.get("points", 1)
+        quiz = _QUIZ_CALL.search(cell.source)
+        call = _CHECK_CALL.search(cell.source)
+        if quiz:
+            question, name = quiz.groups()
+            found.append({"kind": "quiz", "question": question, "name": name, "points": points})
+        elif call and call.group(1) in CHECKER_NAMES:
+            found.append({"kind": "check", "checker": call.group(1), "name": call.group(2)})
+            found[-1]["points"] = points
+        else:
+            continue
+        found[-1]["id"] = found[-1]["name"]
+        found[-1]["check_cell"] = meta.get("grade_id")
+    return found
+
+
+# ---------------------------------------------------------------- inside the kernel
+
+
+def _grade_in_kernel(namespace: dict, task: dict, timeout: float = CHECK_TIMEOUT) -> None:
+    """Run one task's check on the kernel's namespace; print the result after MARKER.
+
+    Called by the grader in the submission's own kernel, never by students.
+    """
+    result: dict = {"status": "graded"}
+    name = task["name"]
+    if name not in namespace:
+        result = {"status": "missing"}
+    else:
+        candidate = namespace[name]
+        module = getattr(candidate, "__module__", None) or ""
+        if module.split(".")[0] == "attention_course":
+            result = {"status": "reference", "module": module}
+        else:
+            try:
+                if task["kind"] == "quiz":
+                    from .quiz import check_quiz
+
+                    report = check_quiz(task["question"], candidate, timeout=timeout)
+                else:
+                    from . import checks
+
+                    report = getattr(checks, task["checker"])(candidate, timeout=timeout)
+                result["report"] = report.to_dict()
+            except Exception as error:  # noqa: BLE001 - a grader bug must not stop grading
+                result = {"status": "crashed", "error": f"{type(error).__name__}: {error}"}
+    sys.stdout.write(MARKER + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+# ---------------------------------------------------------------- the run
+
+
+def _error_text(output: dict) -> str:
+    value = str(output.get("evalue", "")).strip().splitlines()
+    return f"{output.get('ename', 'Error')}" + (f": {value[0]}" if value else "")
+
+
+def _cell_outcome(cell: NotebookNode, reply: dict | None, limit: float) -> tuple[str, str]:
+    content = (reply or {}).get("content", {})
+    if content.get("ename") == "CellTimeoutError":
+        return "timeout", f"ran over the time limit of {limit:g} s and was interrupted"
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            return "error", _error_text(output)
+    if content.get("status") == "error":
+        return "error", _error_text(content)
+    return "ok", ""
+
+
+class _Runner:
+    """Execute cells one by one in one kernel, recording each outcome."""
+
+    def __init__(self, nb: NotebookNode, cwd: Path, timeout: float, kernel_name: str):
+        from nbclient import NotebookClient
+
+        from .release import current_env_kernel_manager
+
+        self.timeout = timeout
+        self.replies: dict[int, dict] = {}
+        self.client = NotebookClient(
+            nb,
+            timeout=int(max(1, round(timeout))),
+            kernel_name=kernel_name,
+            kernel_manager_class=current_env_kernel_manager(),
+            allow_errors=True,
+            interrupt_on_timeout=True,
+            error_on_timeout={
+                "ename": "CellTimeoutError",
+                "evalue": f"cell execution exceeded {timeout:g} s",
+                "traceback": [],
+            },
+            record_timing=False,
+            resources={"metadata": {"path": str(cwd)}},
+            on_cell_executed=self._record,
+        )
+
+    def _record(self, cell, cell_index, execute_reply) -> None:
+        self.replies[cell_index] = execute_reply
+
+    def run(
+        self, cell: NotebookNode, index: int, timeout: float | None = None, history: bool = True
+    ) -> tuple[str, str]:
+        """Execute one cell; returns (status, error text)."""
+        self.client.timeout = int(max(1, round(timeout or self.timeout)))
+        self.client.execute_cell(cell, index, store_history=history)
+        return _cell_outcome(cell, self.replies.get(index), timeout or self.timeout)
+
+
+def _kernel_result(cell: NotebookNode) -> dict | None:
+    for output in cell.get("outputs", []):
+        text = output.get("text", "") if output.get("output_type") == "stream" else ""
+        for line in text.splitlines():
+            if line.startswith(MARKER):
+                return json.loads(line[len(MARKER) :])
+    return None
+
+
+def grade_notebook(
+    path: str | Path,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    check_timeout: float = CHECK_TIMEOUT,
+    kernel_name: str = KERNEL_NAME,
+) -> Grade:
+    """Execute and grade one submission; never raises because of the submission."""
+    import nbformat
+    from nbclient.exceptions import DeadKernelError
+
+    path = Path(path)
+    nb = nbformat.read(path, as_version=4)
+    exercise = nb.metadata.get("attention_course", {}).get("exercise", path.stem)
+    tasks = find_tasks(nb)
+    cell_index = {_nbgrader(c).get("grade_id"): i for i, c in enumerate(nb.cells)}
+    cell_index.pop(None, None)
+
+    runs: dict[int, CellRun] = {}
+    grades = [
+        TaskGrade(
+            id=t.get("id", t["name"]), kind=t["kind"], name=t["name"], points=t.get("points", 1)
+        )
+        for t in tasks
+    ]
+    runner = _Runner(nb, path.parent.resolve(), timeout, kernel_name)
+    died_at: int | None = None
+    with runner.client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            cell_id = cell.get("id", "")
+            if died_at is not None:
+                runs[index] = CellRun(
+                    index, cell_id, "not run", f"the kernel died in cell {died_at}"
+                )
+                continue
+            if _is_check_cell(cell):
+                runs[index] = CellRun(index, cell_id, "skipped")
+                continue
+            try:
+                status, error = runner.run(cell, index)
+            except DeadKernelError:
+                died_at = index
+                status, error = "error", "the kernel died while running this cell"
+            runs[index] = CellRun(index, cell_id, status, error)
+
+        # A generous limit for the checks themselves: each checker case has its own
+        # `check_timeout`, and a case that overruns stops the rest of its checker.
+        grading_limit = max(timeout, 6 * check_timeout + 30)
+        for task, grade in zip(tasks, grades, strict=True):
+            if died_at is not None:
+                grade.reason = f"not graded: the kernel died while running cell {died_at}"
+                continue
+            # Imports through __import__, so names the notebook rebound cannot interfere.
+            source = (
+                "__import__('attention_course.grading', fromlist=['_'])._grade_in_kernel("
+                f"globals(), __import__('json').loads({json.dumps(task)!r}), {check_timeout!r})"
+            )
+            probe = nbformat.v4.new_code_cell(source)
+            nb.cells.append(probe)  # nbclient stores the executed cell back into the notebook
+            try:
+                status, error = runner.run(probe, len(nb.cells) - 1, grading_limit, history=False)
+            except DeadKernelError:
+                died_at = len(nb.cells) - 1
+                grade.reason = "not graded: the kernel died while running its check"
+                continue
+            finally:
+                nb.cells.pop()
+            _fill(grade, task, status, error, _kernel_result(probe), nb, cell_index, runs)
+
+    cells = [runs[i] for i in sorted(runs)]
+    return Grade(str(path), exercise, grades, cells, timeout)
+
+
+def _fill(
+    grade: TaskGrade,
+    task: dict,
+    status: str,
+    error: str,
+    result: dict | None,
+    nb: NotebookNode,
+    cell_index: dict,
+    runs: dict[int, CellRun],
+) -> None:
+    """Turn one kernel result into a score and a reason."""
+    check_cell = task.get("check_cell")
+    if check_cell and check_cell not in cell_index:
+        grade.notes.append("its check cell was deleted; graded anyway")
+    if status == "timeout":
+        grade.reason = f"the check did not finish: {error}"
+        return
+    if result is None:
+        grade.reason = f"the grader could not run the check ({error or 'no result'})"
+        return
+    if result["status"] == "missing":
+        grade.reason = f"`{grade.name}` is not defined" + _why_missing(task, nb, cell_index, runs)
+        return
+    if result["status"] == "reference":
+        grade.reason = (
+            f"`{grade.name}` is the reference imported from {result['module']}, "
+            "not the notebook's own code"
+        )
+        return
+    if result["status"] == "crashed":
+        grade.reason = f"the grader failed on this task (please report it): {result['error']}"
+        return
+    report = result["report"]
+    grade.report = report
+    grade.fraction = float(report["score"])
+    grade.passed = bool(report["passed"])
+    grade.score = round(grade.points * grade.fraction, 2)
+    failing = [r for r in report["results"] if not r["passed"]]
+    if failing:
+        first = failing[0]
+        message = (first["message"] or "").strip().splitlines()
+        grade.reason = first["name"] + (f": {message[0]}" if message else "")
+
+
+def _why_missing(task: dict, nb: NotebookNode, cell_index: dict, runs: dict[int, CellRun]) -> str:
+    cell_name = task.get("solution_cell")
+    if cell_name is None:
+        return ""
+    index = cell_index.get(cell_name)
+    if index is None:
+        return f" (the cell that defines it, {cell_name!r}, was deleted)"
+    run = runs.get(index)
+    if run is None or run.status == "ok":
+        return f" (cell {index} no longer defines it)"
+    if run.status == "timeout":
+        return f" (cell {index}, which defines it, {run.error})"
+    if run.status == "error":
+        return f" (cell {index}, which defines it, raised {run.error})"
+    return f" (cell {index}, which defines it, was {run.status}: {run.error})"
+
+
+# ---------------------------------------------------------------- command line
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the ``grade`` command line (shared by the CLI and ``python -m``)."""
+    parser.add_argument("submission", type=Path, metavar="SUBMISSION.ipynb")
+    parser.add_argument(
+        "--json", action="store_true", help="print a JSON document instead of the table"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"time limit for each cell of the submission (default {DEFAULT_TIMEOUT:g})",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Carry out a parsed ``grade`` command; return the exit status."""
+    try:
+        import nbclient  # noqa: F401
+        import nbformat
+    except ImportError as err:
+        print(f"grade: {err.name} is missing: pip install 'attention-course[dev]'", file=sys.stderr)
+        return 2
+    try:
+        nb = nbformat.read(args.submission, as_version=4)
+    except (OSError, ValueError) as err:  # missing file, not JSON, not a notebook
+        print(f"grade: cannot read {args.submission}: {err}", file=sys.stderr)
+        return 2
+    if not find_tasks(nb):
+        print(f"grade: {args.submission} lists no exercise tasks", file=sys.stderr)
+        return 2
+    grade = grade_notebook(args.submission, timeout=args.timeout)
+    if args.json:
+        print(json.dumps(grade.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        print(grade.table())
+    return 0 if grade.passed else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="attention-course grade",
+        description="Execute a submitted exercise notebook and grade every task in it.",
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,304 @@
+"""Buggy soft-argmax, set attention, scaled dot-product and additive attention."""
+
+import math
+
+import torch
+from torch import nn
+
+# ---------------------------------------------------------------- soft_argmax
+
+
+def soft_argmax_no_max_shift(scores, beta=1.0, dim=-1):
+    """Exponentiates the raw scores: exp(1e4) overflows to inf, and inf / inf is NaN."""
+    e = torch.exp(beta * scores)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def soft_argmax_ignores_dim(scores, beta=1.0, dim=-1):
+    """Always normalises over the last axis, whatever `dim` says."""
+    return torch.softmax(beta * scores, dim=-1)
+
+
+def soft_argmax_divides_by_beta(scores, beta=1.0, dim=-1):
+    """Treats beta as a temperature and divides by it."""
+    return torch.softmax(scores / beta, dim=dim)
+
+
+def soft_argmax_ignores_beta(scores, beta=1.0, dim=-1):
+    """Forgets the inverse temperature altogether."""
+    return torch.softmax(scores, dim=dim)
+
+
+def soft_argmax_in_place_shift(scores, beta=1.0, dim=-1):
+    """Subtracts the max in place, changing the caller's tensor."""
+    scores -= scores.max(dim=dim, keepdim=True).values
+    e = torch.exp(beta * scores)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+# ---------------------------------------------------------------- set_attention
+
+
+def set_attention_columns(X, beta=1.0, hard=False):
+    """Softmax over dim=-2: the columns of A sum to 1 instead of the rows."""
+    scores = X @ X.transpose(-2, -1)
+    A = torch.softmax(beta * scores, dim=-2)
+    return A @ X, A
+
+
+def set_attention_transposed_product(X, beta=1.0, hard=False):
+    """Computes H = A^T X (the notes' column form H = X A read the wrong way)."""
+    scores = X @ X.transpose(-2, -1)
+    if hard:
+        A = torch.nn.functional.one_hot(scores.argmax(-1), scores.shape[-1]).to(X.dtype)
+    else:
+        A = torch.softmax(beta * scores, dim=-1)
+    return A.transpose(-2, -1) @ X, A
+
+
+def set_attention_ignores_hard(X, beta=1.0, hard=False):
+    """Always uses the softmax, even when hard=True asks for a one-hot argmax."""
+    A = torch.softmax(beta * (X @ X.transpose(-2, -1)), dim=-1)
+    return A @ X, A
+
+
+def set_attention_scaled(X, beta=1.0, hard=False):
+    """Borrows the 1/sqrt(n) of scaled dot-product attention."""
+    scores = X @ X.transpose(-2, -1) / math.sqrt(X.shape[-1])
+    if hard:
+        A = torch.nn.functional.one_hot(scores.argmax(-1), scores.shape[-1]).to(X.dtype)
+    else:
+        A = torch.softmax(beta * scores, dim=-1)
+    return A @ X, A
+
+
+def set_attention_swapped_returns(X, beta=1.0, hard=False):
+    """Returns (A, H) instead of (H, A)."""
+    A = torch.softmax(beta * (X @ X.transpose(-2, -1)), dim=-1)
+    return A, A @ X
+
+
+# ---------------------------------------------------------------- scaled dot-product
+
+
+def _masked(scores, mask):
+    if mask is None:
+        return scores
+    if mask.dtype == torch.bool:
+        return scores.masked_fill(~mask, float("-inf"))
+    return scores + mask
+
+
+def _safe_softmax(scores):
+    return torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+
+
+def sdpa_no_scaling(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Forgets to divide the scores by sqrt(d_k)."""
+    scores = query @ key.transpose(-2, -1)
+    weights = _safe_softmax(_masked(scores, mask))
+    return weights @ value, weights
+
+
+def sdpa_divides_by_dk(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Divides by d_k instead of sqrt(d_k)."""
+    scale = 1.0 / query.shape[-1] if scale is None else scale
+    weights = _safe_softmax(_masked(query @ key.transpose(-2, -1) * scale, mask))
+    return weights @ value, weights
+
+
+def sdpa_softmax_over_queries(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Softmax over dim=-2 (the queries) instead of the keys."""
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = _masked(query @ key.transpose(-2, -1) * scale, mask)
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-2), nan=0.0)
+    return weights @ value, weights
+
+
+def sdpa_inverted_mask(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Uses nn.MultiheadAttention's convention: fills where the mask is True."""
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = query @ key.transpose(-2, -1) * scale
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(mask, float("-inf"))
+    elif mask is not None:
+        scores = scores + mask
+    weights = _safe_softmax(scores)
+    return weights @ value, weights
+
+
+def sdpa_mask_after_softmax(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Zeroes the masked weights after the softmax, so rows no longer sum to 1."""
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = query @ key.transpose(-2, -1) * scale
+    if mask is not None and mask.dtype != torch.bool:
+        scores = scores + mask
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None and mask.dtype == torch.bool:
+        weights = weights * mask
+    return weights @ value, weights
+
+
+def sdpa_nan_rows(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Fills with -inf and never handles a query whose keys are all masked (NaN)."""
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    weights = torch.softmax(_masked(query @ key.transpose(-2, -1) * scale, mask), dim=-1)
+    return weights @ value, weights
+
+
+def sdpa_ignores_scale(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Always uses 1/sqrt(d_k), even when a `scale` is given."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    weights = _safe_softmax(_masked(scores, mask))
+    return weights @ value, weights
+
+
+def sdpa_scales_by_dv(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Takes the width from the values: 1/sqrt(d_v) instead of 1/sqrt(d_k)."""
+    scale = 1.0 / math.sqrt(value.shape[-1]) if scale is None else scale
+    weights = _safe_softmax(_masked(query @ key.transpose(-2, -1) * scale, mask))
+    return weights @ value, weights
+
+
+def sdpa_large_negative_fill(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Fills masked scores with -1e9: a fully masked row becomes uniform, not zero."""
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = query @ key.transpose(-2, -1) * scale
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, -1e9)
+    elif mask is not None:
+        scores = scores + mask
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ value, weights
+
+
+# ---------------------------------------------------------------- additive attention
+
+
+class _AdditiveBase(nn.Module):
+    def __init__(self, query_dim, key_dim, hidden_dim):
+        super().__init__()
+        self.W = nn.Linear(query_dim, hidden_dim, bias=False)
+        self.U = nn.Linear(key_dim, hidden_dim, bias=False)
+        self.v = nn.Linear(hidden_dim, 1, bias=False)
+
+    def scores(self, q, keys):
+        return self.v(torch.tanh(self.W(q)[:, :, None, :] + self.U(keys)[:, None, :, :]))[..., 0]
+
+    def forward(self, query, keys, values, mask=None):
+        single = query.dim() == 2
+        q = query[:, None, :] if single else query
+        if mask is not None and single:
+            mask = mask[:, None, :]
+        scores = self.scores(q, keys)
+        weights = self.normalise(scores, mask)
+        context = weights @ values
+        if single:
+            return context[:, 0], weights[:, 0]
+        return context, weights
+
+    def normalise(self, scores, mask):
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+
+
+class AdditiveNoTanh(_AdditiveBase):
+    """Forgets the tanh: the score becomes linear in q and k."""
+
+    def scores(self, q, keys):
+        return self.v(self.W(q)[:, :, None, :] + self.U(keys)[:, None, :, :])[..., 0]
+
+
+class AdditiveWrongNames(nn.Module):
+    """Names its layers W_q / W_k / w_v, so the reference weights cannot be loaded."""
+
+    def __init__(self, query_dim, key_dim, hidden_dim):
+        super().__init__()
+        self.W_q = nn.Linear(query_dim, hidden_dim, bias=False)
+        self.W_k = nn.Linear(key_dim, hidden_dim, bias=False)
+        self.w_v = nn.Linear(hidden_dim, 1, bias=False)
+
+    def forward(self, query, keys, values, mask=None):
+        q = query[:, None, :] if query.dim() == 2 else query
+        scores = self.w_v(torch.tanh(self.W_q(q)[:, :, None] + self.W_k(keys)[:, None]))[..., 0]
+        weights = torch.softmax(scores, dim=-1)
+        context = weights @ values
+        return (context[:, 0], weights[:, 0]) if query.dim() == 2 else (context, weights)
+
+
+class AdditiveInvertedMask(_AdditiveBase):
+    """Masks the positions where the mask is True (the real tokens)."""
+
+    def normalise(self, scores, mask):
+        if mask is not None:
+            scores = scores.masked_fill(mask, float("-inf"))
+        return torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+
+
+class AdditiveSoftmaxOverQueries(_AdditiveBase):
+    """Normalises the (B, T, S) scores over dim=1, the queries."""
+
+    def normalise(self, scores, mask):
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.nan_to_num(torch.softmax(scores, dim=1), nan=0.0)
+
+
+class AdditiveKeepsQueryAxis(_AdditiveBase):
+    """Returns (B, 1, Dv) and (B, 1, S) for a single query instead of dropping the axis."""
+
+    def forward(self, query, keys, values, mask=None):
+        q = query[:, None, :] if query.dim() == 2 else query
+        if mask is not None and query.dim() == 2:
+            mask = mask[:, None, :]
+        weights = self.normalise(self.scores(q, keys), mask)
+        return weights @ values, weights
+
+
+CATALOGUE = [
+    ("soft_argmax", "no max shift", soft_argmax_no_max_shift, "subtract the max"),
+    ("soft_argmax", "ignores dim", soft_argmax_ignores_dim, "ignored `dim`"),
+    ("soft_argmax", "divides by beta", soft_argmax_divides_by_beta, "divided the scores by beta"),
+    ("soft_argmax", "ignores beta", soft_argmax_ignores_beta, "`beta` is ignored"),
+    ("soft_argmax", "in-place shift", soft_argmax_in_place_shift, "in place"),
+    ("set_attention", "softmax over columns", set_attention_columns, "dim=-2"),
+    ("set_attention", "A^T X", set_attention_transposed_product, "A^T @ X"),
+    ("set_attention", "ignores hard", set_attention_ignores_hard, "`hard=True` is ignored"),
+    ("set_attention", "scaled by sqrt(n)", set_attention_scaled, "1/sqrt(n)"),
+    ("set_attention", "returns (A, H)", set_attention_swapped_returns, "wrong order"),
+    (
+        "scaled_dot_product_attention",
+        "no scaling",
+        sdpa_no_scaling,
+        "1/sqrt(d_k) factor is missing",
+    ),
+    ("scaled_dot_product_attention", "divides by d_k", sdpa_divides_by_dk, "scaled by 1/d_k"),
+    (
+        "scaled_dot_product_attention",
+        "softmax over queries",
+        sdpa_softmax_over_queries,
+        "query axis (dim=-2)",
+    ),
+    ("scaled_dot_product_attention", "inverted mask", sdpa_inverted_mask, "mask is inverted"),
+    (
+        "scaled_dot_product_attention",
+        "mask after softmax",
+        sdpa_mask_after_softmax,
+        "after the softmax",
+    ),
+    ("scaled_dot_product_attention", "NaN rows", sdpa_nan_rows, "gives NaN"),
+    (
+        "scaled_dot_product_attention",
+        "ignores scale",
+        sdpa_ignores_scale,
+        "`scale` argument is ignored",
+    ),
+    ("scaled_dot_product_attention", "scales by d_v", sdpa_scales_by_dv, "1/sqrt(d_v)"),
+    ("scaled_dot_product_attention", "-1e9 fill", sdpa_large_negative_fill, "uniform weights"),
+    ("additive_attention", "no tanh", AdditiveNoTanh, "tanh is missing"),
+    ("additive_attention", "wrong parameter names", AdditiveWrongNames, "could not load"),
+    ("additive_attention", "inverted mask", AdditiveInvertedMask, "mask is inverted"),
+    ("additive_attention", "softmax over queries", AdditiveSoftmaxOverQueries, "query axis"),
+    ("additive_attention", "keeps the query axis", AdditiveKeepsQueryAxis, "kept the query axis"),
+]

@@ -1,0 +1,61 @@
+"""Buggy causal and padding masks."""
+
+import torch
+
+
+def causal_mask_no_diagonal(size, device=None):
+    """Excludes the diagonal: a token may not even look at itself (off by one)."""
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril(diagonal=-1)
+
+
+def causal_mask_triu(size, device=None):
+    """Uses triu: True on and above the diagonal, so every token sees the future."""
+    return torch.ones(size, size, dtype=torch.bool, device=device).triu()
+
+
+def causal_mask_inverted(size, device=None):
+    """nn.Transformer's convention: True marks the positions to hide."""
+    return torch.ones(size, size, dtype=torch.bool, device=device).triu(diagonal=1)
+
+
+def causal_mask_float(size, device=None):
+    """Right pattern, but float 0/1 instead of bool."""
+    return torch.tril(torch.ones(size, size, device=device))
+
+
+def padding_mask_inverted(lengths, max_len=None):
+    """True at the padding (key_padding_mask's convention)."""
+    max_len = int(lengths.max()) if max_len is None else max_len
+    return torch.arange(max_len)[None, :] >= lengths[:, None]
+
+
+def padding_mask_less_equal(lengths, max_len=None):
+    """Compares with <=: position `length` is wrongly counted as a real token."""
+    max_len = int(lengths.max()) if max_len is None else max_len
+    return torch.arange(max_len)[None, :] <= lengths[:, None]
+
+
+def padding_mask_ignores_max_len(lengths, max_len=None):
+    """Always uses the longest length, ignoring `max_len`."""
+    return torch.arange(int(lengths.max()))[None, :] < lengths[:, None]
+
+
+def padding_mask_loop_floats(lengths, max_len=None):
+    """A Python loop filling a float tensor of ones: right pattern, wrong dtype."""
+    max_len = int(lengths.max()) if max_len is None else max_len
+    mask = torch.zeros(len(lengths), max_len)
+    for b, length in enumerate(lengths):
+        mask[b, :length] = 1
+    return mask
+
+
+CATALOGUE = [
+    ("causal_mask", "diagonal excluded", causal_mask_no_diagonal, "diagonal is excluded"),
+    ("causal_mask", "triu", causal_mask_triu, "use `torch.tril`, not `torch.triu`"),
+    ("causal_mask", "inverted", causal_mask_inverted, "inverted"),
+    ("causal_mask", "float mask", causal_mask_float, "expected torch.bool"),
+    ("padding_mask", "inverted", padding_mask_inverted, "inverted"),
+    ("padding_mask", "<= instead of <", padding_mask_less_equal, "<= instead of <"),
+    ("padding_mask", "ignores max_len", padding_mask_ignores_max_len, "`max_len` is ignored"),
+    ("padding_mask", "float mask", padding_mask_loop_floats, "expected torch.bool"),
+]

@@ -1,0 +1,220 @@
+"""Buggy LayerNorm and BatchNorm1d."""
+
+import torch
+from torch import nn
+
+
+class _LayerNormBase(nn.Module):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.ones(self.normalized_shape))
+            self.bias = nn.Parameter(torch.zeros(self.normalized_shape))
+
+    def dims(self):
+        return tuple(range(-len(self.normalized_shape), 0))
+
+    def normalise(self, x):
+        mean = x.mean(dim=self.dims(), keepdim=True)
+        var = x.var(dim=self.dims(), keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+    def forward(self, x):
+        y = self.normalise(x)
+        if self.elementwise_affine:
+            y = y * self.weight + self.bias
+        return y
+
+
+class LayerNormUnbiased(_LayerNormBase):
+    """Uses torch.var's default, the unbiased variance (N - 1)."""
+
+    def normalise(self, x):
+        mean = x.mean(dim=self.dims(), keepdim=True)
+        var = x.var(dim=self.dims(), keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+
+class LayerNormEpsOutside(_LayerNormBase):
+    """The Annotated Transformer's form: (x - mean) / (std + eps), biased std."""
+
+    def normalise(self, x):
+        mean = x.mean(dim=self.dims(), keepdim=True)
+        std = x.var(dim=self.dims(), keepdim=True, unbiased=False).sqrt()
+        return (x - mean) / (std + self.eps)
+
+
+class LayerNormLastAxisOnly(_LayerNormBase):
+    """Normalises over dim=-1 only, even when normalized_shape has several axes."""
+
+    def dims(self):
+        return (-1,)
+
+
+class LayerNormGammaBeta(nn.Module):
+    """Names its parameters gamma and beta: the reference weights do not load."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.eps = eps
+        self.dims = tuple(range(-len(normalized_shape), 0))
+        self.gamma = nn.Parameter(torch.ones(normalized_shape))
+        self.beta = nn.Parameter(torch.zeros(normalized_shape))
+
+    def forward(self, x):
+        mean = x.mean(dim=self.dims, keepdim=True)
+        var = x.var(dim=self.dims, keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.gamma + self.beta
+
+
+class LayerNormHardcodedEps(_LayerNormBase):
+    """Writes 1e-5 into the formula instead of using self.eps."""
+
+    def normalise(self, x):
+        mean = x.mean(dim=self.dims(), keepdim=True)
+        var = x.var(dim=self.dims(), keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + 1e-5)
+
+
+class _BatchNormBase(nn.Module):
+    def __init__(self, num_features, eps=1e-5, momentum=0.1):
+        super().__init__()
+        self.eps = eps
+        self.momentum = momentum
+        self.weight = nn.Parameter(torch.ones(num_features))
+        self.bias = nn.Parameter(torch.zeros(num_features))
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+
+    def stats_dims(self, x):
+        return (0,) if x.dim() == 2 else (0, 2)
+
+    def update(self, mean, var, n):
+        with torch.no_grad():
+            m = self.momentum
+            self.running_mean.mul_(1 - m).add_(m * mean)
+            self.running_var.mul_(1 - m).add_(m * var * n / (n - 1))
+            self.num_batches_tracked += 1
+
+    def use_batch_stats(self):
+        return self.training
+
+    def batch_var(self, x, dims):
+        return x.var(dim=dims, unbiased=False)
+
+    def forward(self, x):
+        dims = self.stats_dims(x)
+        shape = (1, -1) if x.dim() == 2 else (1, -1, 1)
+        if self.use_batch_stats():
+            mean, var = x.mean(dim=dims), self.batch_var(x, dims)
+            if self.training:
+                self.update(mean, var, x.numel() // x.shape[1])
+        else:
+            mean, var = self.running_mean, self.running_var
+        y = (x - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps)
+        return y * self.weight.view(shape) + self.bias.view(shape)
+
+
+class BatchNormUnbiased(_BatchNormBase):
+    """Normalises the batch with torch.var's default unbiased variance."""
+
+    def batch_var(self, x, dims):
+        return x.var(dim=dims)
+
+    def update(self, mean, var, n):
+        with torch.no_grad():
+            m = self.momentum
+            self.running_mean.mul_(1 - m).add_(m * mean)
+            self.running_var.mul_(1 - m).add_(m * var)
+            self.num_batches_tracked += 1
+
+
+class BatchNormRunningBiased(_BatchNormBase):
+    """Updates running_var with the biased batch variance."""
+
+    def update(self, mean, var, n):
+        with torch.no_grad():
+            m = self.momentum
+            self.running_mean.mul_(1 - m).add_(m * mean)
+            self.running_var.mul_(1 - m).add_(m * var)
+            self.num_batches_tracked += 1
+
+
+class BatchNormMomentumSwapped(_BatchNormBase):
+    """Keeps a fraction `momentum` of the old running value (0.1) and 0.9 of the new batch."""
+
+    def update(self, mean, var, n):
+        with torch.no_grad():
+            m = self.momentum
+            self.running_mean.mul_(m).add_((1 - m) * mean)
+            self.running_var.mul_(m).add_((1 - m) * var * n / (n - 1))
+            self.num_batches_tracked += 1
+
+
+class BatchNormEvalUsesBatch(_BatchNormBase):
+    """Always normalises with the batch statistics, even in eval mode."""
+
+    def use_batch_stats(self):
+        return True
+
+
+class BatchNormOnlyBatchAxis(_BatchNormBase):
+    """For (B, C, L) inputs reduces over dim 0 only: one mean per channel AND position."""
+
+    def stats_dims(self, x):
+        return (0,)
+
+
+class BatchNormForgetsCounter(_BatchNormBase):
+    """Never increments num_batches_tracked."""
+
+    def update(self, mean, var, n):
+        with torch.no_grad():
+            m = self.momentum
+            self.running_mean.mul_(1 - m).add_(m * mean)
+            self.running_var.mul_(1 - m).add_(m * var * n / (n - 1))
+
+
+class BatchNormPlainAttributes(nn.Module):
+    """Stores the running statistics as plain tensors, not buffers: they are not in the
+    state_dict, so the reference's cannot be loaded (and .to(device) would not move them)."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1):
+        super().__init__()
+        self.eps, self.momentum = eps, momentum
+        self.weight = nn.Parameter(torch.ones(num_features))
+        self.bias = nn.Parameter(torch.zeros(num_features))
+        self.running_mean = torch.zeros(num_features)
+        self.running_var = torch.ones(num_features)
+
+    def forward(self, x):
+        raise RuntimeError("never reached")
+
+
+CATALOGUE = [
+    ("layer_norm", "unbiased variance", LayerNormUnbiased, "unbiased variance"),
+    ("layer_norm", "eps outside sqrt", LayerNormEpsOutside, "eps is outside the square root"),
+    ("layer_norm", "last axis only", LayerNormLastAxisOnly, "last axis only"),
+    ("layer_norm", "gamma/beta names", LayerNormGammaBeta, "missing: weight, bias"),
+    ("layer_norm", "hard-coded eps", LayerNormHardcodedEps, "`eps` argument is ignored"),
+    ("batch_norm", "unbiased normalisation", BatchNormUnbiased, "unbiased variance (N-1)"),
+    (
+        "batch_norm",
+        "running var biased",
+        BatchNormRunningBiased,
+        "updated with the biased variance",
+    ),
+    ("batch_norm", "momentum swapped", BatchNormMomentumSwapped, "wrong way round"),
+    ("batch_norm", "batch stats in eval", BatchNormEvalUsesBatch, "eval mode still uses the batch"),
+    ("batch_norm", "3-D stats over batch only", BatchNormOnlyBatchAxis, "dims (0, 2)"),
+    ("batch_norm", "num_batches_tracked", BatchNormForgetsCounter, "num_batches_tracked"),
+    ("batch_norm", "plain tensor attributes", BatchNormPlainAttributes, "register_buffer"),
+]

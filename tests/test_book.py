@@ -1,0 +1,53 @@
+"""The book's structure: every chapter is in the table of contents, every
+notebook records the python3 kernel, and committed notebooks carry outputs."""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb")) + sorted((ROOT / "exercises").rglob("*.ipynb"))
+
+
+def _toc_entries() -> set[str]:
+    entries = set()
+    for line in (ROOT / "_toc.yml").read_text(encoding="utf-8").splitlines():
+        line = line.strip().removeprefix("- ").strip()
+        for key in ("root:", "file:"):
+            if line.startswith(key):
+                entries.add(line[len(key) :].strip())
+    return entries
+
+
+def test_every_chapter_is_in_the_table_of_contents_and_exists():
+    toc = _toc_entries()
+    chapters = {f"book/{p.stem}" for p in (ROOT / "book").glob("*.ipynb")}
+    pages = {f"book/{p.stem}" for p in (ROOT / "book").glob("*.md")}
+    assert chapters - toc == set(), "notebooks missing from _toc.yml"
+    assert pages - toc == set(), "pages missing from _toc.yml"
+    missing = {e for e in toc if not any((ROOT / e).parent.glob(Path(e).name + ".*"))}
+    assert missing == set(), "_toc.yml lists files that do not exist"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_notebook_metadata_and_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+    assert code, "a notebook without code"
+    executed = [c for c in code if c.get("execution_count") is not None]
+    assert len(executed) == len(code), "commit notebooks executed, with their outputs"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "book").glob("*.ipynb")), ids=lambda p: p.name)
+def test_chapter_has_a_single_title(path):
+    nb = nbformat.read(path, as_version=4)
+    titles = [
+        line
+        for c in nb.cells
+        if c.cell_type == "markdown"
+        for line in c.source.splitlines()
+        if line.startswith("# ")
+    ]
+    assert len(titles) == 1, f"expected one '# ' title, got {titles}"

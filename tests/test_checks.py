@@ -1,0 +1,328 @@
+"""The exercise checkers accept the reference, reject every catalogued mistake
+(naming it where they claim to), and never raise because of student code."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import pytest
+import torch
+from torch import nn
+
+import attention_course as ac
+from attention_course.checks import (
+    CHECKERS,
+    CaseResult,
+    Report,
+    check_layer_norm,
+    check_soft_argmax,
+)
+from attention_course.checks._runner import NOT_IMPLEMENTED_MESSAGE
+
+sys.path.insert(0, os.path.dirname(__file__))
+from buggy import CATALOGUE  # noqa: E402
+
+REFERENCES = {
+    "soft_argmax": ac.soft_argmax,
+    "set_attention": ac.set_attention,
+    "scaled_dot_product_attention": ac.scaled_dot_product_attention,
+    "additive_attention": ac.AdditiveAttention,
+    "causal_mask": ac.causal_mask,
+    "padding_mask": ac.padding_mask,
+    "split_heads": ac.split_heads,
+    "merge_heads": ac.merge_heads,
+    "multi_head_attention": ac.MultiHeadAttention,
+    "layer_norm": ac.LayerNorm,
+    "batch_norm": ac.BatchNorm1d,
+    "positionwise_feed_forward": ac.PositionwiseFeedForward,
+    "sinusoidal_positional_encoding": ac.sinusoidal_positional_encoding,
+    "encoder_layer": ac.EncoderLayer,
+    "decoder_layer": ac.DecoderLayer,
+}
+
+FUNCTION_TARGETS = [t for t, r in REFERENCES.items() if not isinstance(r, type)]
+CLASS_TARGETS = [t for t, r in REFERENCES.items() if isinstance(r, type)]
+
+
+def test_every_target_has_a_checker_and_three_mistakes():
+    assert set(CHECKERS) == set(REFERENCES)
+    for target in REFERENCES:
+        assert sum(entry[0] == target for entry in CATALOGUE) >= 3, target
+    for _, name, impl, _ in CATALOGUE:
+        assert impl.__doc__, f"{name}: the docstring must name the mistake"
+
+
+@pytest.mark.parametrize("target", list(REFERENCES))
+def test_reference_passes(target):
+    start = time.perf_counter()
+    report = CHECKERS[target](REFERENCES[target])
+    elapsed = time.perf_counter() - start
+    assert report.passed, str(report)
+    assert report.score == 1.0
+    assert len(report.results) >= 5
+    assert elapsed < 2.0, f"{target} took {elapsed:.2f} s"
+
+
+@pytest.mark.parametrize(
+    "target, name, impl, phrase", CATALOGUE, ids=[f"{t}-{n}" for t, n, _, _ in CATALOGUE]
+)
+def test_buggy_implementation_is_rejected(target, name, impl, phrase):
+    report = CHECKERS[target](impl)
+    assert not report.passed, f"{name} was accepted:\n{report}"
+    assert report.score < 1.0
+    if phrase is not None:
+        assert phrase in str(report), f"expected {phrase!r} in:\n{report}"
+
+
+def test_reports_are_deterministic():
+    from buggy.attention import sdpa_no_scaling
+
+    check = CHECKERS["scaled_dot_product_attention"]
+    assert str(check(sdpa_no_scaling)) == str(check(sdpa_no_scaling))
+
+
+# ---------------------------------------------------------------- never raise
+
+
+def _raises(scores, beta=1.0, dim=-1):
+    return scores[100]  # IndexError in student code
+
+
+def _returns_string(scores, beta=1.0, dim=-1):
+    return "weights"
+
+
+def _returns_nan(scores, beta=1.0, dim=-1):
+    return torch.full_like(scores, float("nan"))
+
+
+def _mutates(scores, beta=1.0, dim=-1):
+    scores.mul_(beta)
+    return torch.softmax(scores, dim=dim)
+
+
+def _sleeps(scores, beta=1.0, dim=-1):
+    time.sleep(2.0)
+    return torch.softmax(beta * scores, dim=dim)
+
+
+def _spins(scores, beta=1.0, dim=-1):
+    while True:
+        pass
+
+
+def _wrong_shape(scores, beta=1.0, dim=-1):
+    return torch.softmax(beta * scores, dim=dim).sum(dim)
+
+
+def _wrong_dtype(scores, beta=1.0, dim=-1):
+    return torch.softmax(beta * scores, dim=dim).float()
+
+
+def _wrong_signature(scores):
+    return torch.softmax(scores, dim=-1)
+
+
+def _not_implemented(scores, beta=1.0, dim=-1):
+    raise NotImplementedError
+
+
+@pytest.mark.parametrize(
+    "candidate, phrase",
+    [
+        (_raises, "raised IndexError"),
+        (_raises, "scores[100]"),
+        (_returns_string, "expected a torch.Tensor, got str"),
+        (_returns_nan, "NaN"),
+        (_mutates, "in place"),
+        (_wrong_shape, "expected shape (5,), got ()"),
+        (_wrong_dtype, "expected dtype torch.float64, got torch.float32"),
+        (_wrong_signature, "unexpected keyword argument"),
+        (42, "expected a function"),
+        (nn.Linear, "expected a function"),
+    ],
+)
+def test_student_problems_become_failed_cases(candidate, phrase):
+    report = check_soft_argmax(candidate)
+    assert isinstance(report, Report)
+    assert not report.passed
+    assert phrase in str(report), str(report)
+
+
+@pytest.mark.parametrize("candidate", [_sleeps, _spins])
+def test_time_limit(candidate):
+    start = time.perf_counter()
+    report = check_soft_argmax(candidate, timeout=0.5)
+    assert time.perf_counter() - start < 1.5
+    assert not report.passed
+    assert "ran over the time limit of 0.5 s" in str(report)
+    assert all(not r.passed for r in report.results)
+
+
+def test_not_implemented_function():
+    report = check_soft_argmax(_not_implemented)
+    assert len(report.results) == 1
+    assert report.results[0].message == NOT_IMPLEMENTED_MESSAGE
+    assert report.score == 0.0
+
+
+class _StubInit(nn.Module):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
+        super().__init__()
+        raise NotImplementedError
+
+
+class _StubForward(nn.Module):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(normalized_shape))
+        self.bias = nn.Parameter(torch.zeros(normalized_shape))
+
+    def forward(self, x):
+        raise NotImplementedError
+
+
+class _NoForward(_StubForward):
+    forward = nn.Module.forward
+
+
+@pytest.mark.parametrize("stub", [_StubInit, _StubForward, _NoForward])
+def test_not_implemented_class(stub):
+    report = check_layer_norm(stub)
+    assert len(report.results) == 1
+    assert report.results[0].message.startswith(NOT_IMPLEMENTED_MESSAGE)
+
+
+class _NoSuper(nn.Module):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
+        self.weight = nn.Parameter(torch.ones(normalized_shape))
+
+
+class _WrongInitSignature(nn.Module):
+    def __init__(self, normalized_shape):
+        super().__init__()
+
+
+class _ForwardReturnsNone(_StubForward):
+    def forward(self, x):
+        pass
+
+
+class _NotAModule:
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
+        pass
+
+
+@pytest.mark.parametrize(
+    "candidate, phrase",
+    [
+        (_NoSuper, "super().__init__()"),
+        (_WrongInitSignature, "TypeError"),
+        (_ForwardReturnsNone, "expected a torch.Tensor, got NoneType"),
+        (_NotAModule, "does not subclass `nn.Module`"),
+        (ac.LayerNorm(8), "got an instance of it"),
+        (ac.soft_argmax, "expected a class"),
+    ],
+)
+def test_class_problems_become_failed_cases(candidate, phrase):
+    report = check_layer_norm(candidate)
+    assert not report.passed
+    assert phrase in str(report), str(report)
+
+
+@pytest.mark.parametrize("target", FUNCTION_TARGETS)
+def test_function_checkers_survive_a_crashing_candidate(target):
+    def crash(*args, **kwargs):
+        raise ZeroDivisionError("boom")
+
+    report = CHECKERS[target](crash)
+    assert not report.passed
+    assert "raised ZeroDivisionError: boom" in str(report)
+
+
+@pytest.mark.parametrize("target", CLASS_TARGETS)
+def test_class_checkers_survive_an_empty_module(target):
+    class Empty(nn.Module):
+        def __init__(self, *args, **kwargs):
+            super().__init__()
+
+        def forward(self, *args, **kwargs):
+            return "nothing"
+
+    report = CHECKERS[target](Empty)
+    assert not report.passed
+    assert all(not r.passed for r in report.results)
+
+
+def test_checker_leaves_global_rng_untouched():
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    CHECKERS["multi_head_attention"](ac.MultiHeadAttention)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+# ---------------------------------------------------------------- the report
+
+
+def _sample_report() -> Report:
+    from buggy.attention import soft_argmax_ignores_beta
+
+    return check_soft_argmax(soft_argmax_ignores_beta)
+
+
+def test_str_lists_cases_with_marks():
+    report = _sample_report()
+    text = str(report)
+    lines = text.splitlines()
+    assert lines[0] == f"check_soft_argmax: {report.num_passed}/{len(report.results)} cases passed"
+    assert "✓" in text and "✗" in text
+    assert lines[-1].startswith("Not passed yet")
+    assert repr(report) == text
+    assert "0x" not in text  # no memory addresses
+
+
+def test_passing_report_verdict():
+    report = check_soft_argmax(ac.soft_argmax)
+    assert str(report).splitlines()[-1] == "All cases pass: well done."
+    report.assert_passed()
+
+
+def test_assert_passed_raises_a_one_line_summary():
+    report = _sample_report()
+    with pytest.raises(AssertionError) as info:
+        report.assert_passed()
+    passed = sum(r.passed for r in report.results)
+    assert str(info.value).startswith(f"{report.target}: {passed}/{len(report.results)} cases")
+    assert "\n" not in str(info.value)
+
+
+def test_html_is_an_escaped_table():
+    report = Report(
+        "check_demo",
+        [CaseResult("a <b> case", True, ""), CaseResult("other", False, "got <script> & more")],
+    )
+    html = report._repr_html_()
+    assert "<table>" in html and "</table>" in html
+    assert html.count("<tr>") == 3  # header + two cases
+    assert "&lt;script&gt; &amp; more" in html and "<script>" not in html
+    assert "a &lt;b&gt; case" in html
+    assert "✓" in html and "✗" in html
+    assert "<table>" in _sample_report()._repr_html_()
+
+
+def test_to_dict_is_json_serialisable():
+    report = _sample_report()
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["target"] == "check_soft_argmax"
+    assert data["passed"] is False
+    assert data["score"] == pytest.approx(report.score)
+    assert len(data["results"]) == len(report.results)
+    assert set(data["results"][0]) == {"name", "passed", "message"}
+
+
+def test_empty_report_is_not_passed():
+    report = Report("check_nothing")
+    assert not report.passed and report.score == 0.0

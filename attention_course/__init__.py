@@ -23,6 +23,7 @@ from .attention import (
     set_attention,
     soft_argmax,
 )
+from .classifier import TransformerClassifier, masked_max_pool, masked_mean_pool
 from .device import get_device, seed_everything
 from .ffn import PositionwiseFeedForward
 from .interop import copy_weights_from_torch
@@ -52,11 +53,14 @@ __all__ = [
     "PositionalEncoding",
     "PositionwiseFeedForward",
     "Transformer",
+    "TransformerClassifier",
     "causal_mask",
     "copy_weights_from_torch",
     "get_device",
     "greedy_decode",
     "hard_argmax",
+    "masked_max_pool",
+    "masked_mean_pool",
     "masked_softmax",
     "merge_heads",
     "padding_mask",

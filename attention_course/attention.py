@@ -112,7 +112,8 @@ def set_attention(
     Stacking the queries gives ``A = soft(arg)max_beta(X X^T)`` (rows sum to 1)
     and ``H = A @ X`` (the notes' column form is ``H = X A``). With no positions
     involved, permuting the rows of ``X`` permutes the rows of ``H`` the same
-    way: attention maps sets to sets.
+    way: attention maps sets to sets. PyTorch has no built-in for it; it equals
+    ``F.scaled_dot_product_attention(X, X, X, scale=beta)`` returning ``H`` (tested).
 
     Shapes:
         X: ``(..., T, n)``; returns ``H (..., T, n)`` and ``A (..., T, T)``.
@@ -161,7 +162,9 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
     scores. Masked scores are replaced by the most negative finite value of the
     dtype (not ``-inf``, whose ``-inf - (-inf)`` is NaN), and the weights of
     masked keys are set to exactly 0 afterwards, so a query row with every key
-    masked gets all-zero weights.
+    masked gets all-zero weights. On rows with at least one allowed key it
+    matches ``torch.softmax`` of the masked scores (the weights inside
+    ``F.scaled_dot_product_attention``).
 
     Shapes:
         scores: ``(..., T, S)``; mask broadcastable to it; returns ``(..., T, S)``.

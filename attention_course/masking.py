@@ -34,7 +34,8 @@ def padding_mask(lengths: torch.Tensor | Sequence[int], max_len: int | None = No
 
     ``M[b, s] = (s < lengths[b])``. To use it as an attention mask, add the
     head and query axes: ``padding_mask(lengths)[:, None, None, :]`` has shape
-    ``(B, 1, 1, S)`` and broadcasts to ``(B, H, T, S)``.
+    ``(B, 1, 1, S)`` and broadcasts to ``(B, H, T, S)``. PyTorch's
+    ``key_padding_mask`` for ``nn.MultiheadAttention`` is its negation.
 
     Shapes:
         lengths: ``(B,)`` integers in ``[0, max_len]``.
@@ -71,6 +72,9 @@ def to_torch_mha_mask(mask: torch.Tensor) -> torch.Tensor:
 
     Boolean masks are inverted; float (additive) masks mean the same thing in
     both APIs and are returned unchanged.
+
+    Shapes:
+        mask: any shape; returns the same shape.
     """
     check_mask(mask, mask.shape, "", name="mask")
     return ~mask if mask.dtype == torch.bool else mask
@@ -81,6 +85,9 @@ def to_additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> 
 
     This is the ``triu(-inf, diagonal=1)`` form of the causal mask used by
     ``nn.Transformer.generate_square_subsequent_mask``.
+
+    Shapes:
+        mask: any shape; returns the same shape, in ``dtype``.
     """
     check_mask(mask, mask.shape, "", name="mask")
     if mask.dtype != torch.bool:

@@ -37,7 +37,8 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     ``x.view(B, T, H, Dh)`` keeps every token's features together and cuts them
     into ``H`` slices; the transpose then brings the head axis forward. A bare
     ``x.reshape(B, H, T, Dh)`` would instead mix features of different tokens
-    into one head.
+    into one head. ``nn.MultiheadAttention`` does the same internally (it has
+    no public function for it).
 
     Shapes:
         x: ``(B, T, D)``; returns ``(B, H, T, Dh)`` with ``Dh = D / H``.
@@ -51,6 +52,9 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`split_heads`: concatenate the heads' features.
+
+    ``merge_heads(split_heads(x, H)) == x``; as in ``nn.MultiheadAttention``,
+    the concatenated heads then go through the output projection ``w_o``.
 
     Shapes:
         x: ``(B, H, T, Dh)``; returns ``(B, T, H * Dh)``.

@@ -63,6 +63,7 @@ def _check_positions(x: torch.Tensor, d_model: int, max_len: int, start: int) ->
 class PositionalEncoding(nn.Module):
     """Adds the sinusoidal encoding to a batch of embeddings, then dropout.
 
+    PyTorch has no built-in (``nn.Transformer`` leaves positions to the user).
     The table is a non-persistent buffer: it moves with ``.to(device)`` but is
     not stored in the ``state_dict`` (it is a formula, not a parameter).
     ``start`` offsets the positions (used when decoding one token at a time).
@@ -88,8 +89,9 @@ class PositionalEncoding(nn.Module):
 class LearnedPositionalEmbedding(nn.Module):
     """Adds a learned vector per position (as in BERT and GPT-2), then dropout.
 
-    Unlike the sinusoidal table it has ``max_len * d_model`` parameters and
-    cannot represent positions beyond ``max_len``.
+    The table is an ``nn.Embedding(max_len, d_model)`` looked up at positions
+    ``start .. start + T - 1``. Unlike the sinusoidal table it has
+    ``max_len * d_model`` parameters and cannot represent positions beyond ``max_len``.
 
     Shapes:
         x: ``(B, T, D)``; returns ``(B, T, D)``.

@@ -347,3 +347,12 @@ def test_additive_attention_follows_dtype_and_gradients_flow():
     context.sum().backward()
     for p in (query, module.W.weight, module.U.weight, module.v.weight):
         assert p.grad is not None and p.grad.abs().sum() > 0
+
+
+def test_set_attention_equals_torch_sdpa_with_scale_beta():
+    """Soft set attention is self-attention with Q = K = V = X and scale beta."""
+    X = torch.randn(3, 6, 5, dtype=torch.float64)
+    for beta in (0.3, 1.0, 2.5):
+        H, A = set_attention(X, beta=beta)
+        torch.testing.assert_close(H, F.scaled_dot_product_attention(X, X, X, scale=beta))
+        torch.testing.assert_close(A.sum(-1), torch.ones(3, 6, dtype=torch.float64))

@@ -4,6 +4,17 @@ Each task lives in its own module; import it from there, e.g.
 ``from attention_course.data.sequences import make_sequence_task``.
 """
 
+from .sentiment import make_sentiment_task
 from .sequences import BOS, EOS, FIRST_SYMBOL, PAD, SequenceTask, make_sequence_task
+from .unshuffle import make_unshuffle_task
 
-__all__ = ["BOS", "EOS", "FIRST_SYMBOL", "PAD", "SequenceTask", "make_sequence_task"]
+__all__ = [
+    "BOS",
+    "EOS",
+    "FIRST_SYMBOL",
+    "PAD",
+    "SequenceTask",
+    "make_sentiment_task",
+    "make_sequence_task",
+    "make_unshuffle_task",
+]

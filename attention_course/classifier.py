@@ -1,0 +1,262 @@
+"""An encoder-only Transformer for sequence classification (chapter 11).
+
+The lecture's ``TransformerClassifier``: token embedding (scaled by
+``sqrt(d_model)``) plus positional encoding, the course's :class:`Encoder`,
+**pooling over time** (one vector per sentence, whatever its length), and a
+linear layer to class logits. The padding mask is built from ``pad_id`` and used
+twice: in self-attention (no real token attends to padding) and in the pooling
+(padding does not enter the average or the maximum). Without the second, the
+pooled vector, and so the prediction, changes when a sentence is padded more.
+
+BERT (Devlin et al., 2019) reads the output at a special ``[CLS]`` position
+instead of pooling; mean pooling is the simpler choice and the lecture's.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._validate import check_positive_int, require_float, require_ndim, shape_str
+from .positional import PositionalEncoding
+from .train import fit
+from .transformer import Encoder
+
+_POOLINGS = ("mean", "max")
+
+
+def _check_pool_inputs(x: object, mask: object) -> None:
+    x = require_float("x", x)
+    require_ndim("x", x, (3,), "(B, T, D)")
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ValueError(
+            f"mask: got {got}, expected a torch.bool tensor (B, T), True at real tokens"
+        )
+    if tuple(mask.shape) != tuple(x.shape[:2]):
+        raise ValueError(
+            f"mask: got shape {shape_str(mask.shape)}, expected {shape_str(x.shape[:2])}, "
+            f"the (B, T) of x {shape_str(x.shape)}"
+        )
+
+
+def masked_mean_pool(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Average over time, counting only the positions where ``mask`` is True.
+
+    ``out[b] = sum_t mask[b, t] * x[b, t] / sum_t mask[b, t]``. With
+    ``mask=None`` every position counts (a plain ``x.mean(dim=1)``, which is
+    wrong for padded batches). A row with no real token gives zeros, not NaN.
+
+    Shapes:
+        x: ``(B, T, D)``; mask: ``(B, T)`` bool, True at real tokens;
+        returns ``(B, D)``.
+    """
+    _check_pool_inputs(x, mask)
+    if mask is None:
+        return x.mean(dim=1)  # (B, T, D) -> (B, D)
+    weights = mask.to(x.dtype)[:, :, None]  # (B, T) -> (B, T, 1)
+    total = (x * weights).sum(dim=1)  # (B, T, D) -> (B, D)
+    count = weights.sum(dim=1).clamp(min=1.0)  # (B, 1); at least 1: no 0 / 0
+    return total / count
+
+
+def masked_max_pool(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Maximum over time of each feature, over the positions where ``mask`` is True.
+
+    Padded positions are replaced by the dtype's most negative finite value
+    before the maximum, so they can never win. With ``mask=None`` every
+    position counts. A row with no real token gives zeros, not ``-inf``.
+
+    Shapes:
+        x: ``(B, T, D)``; mask: ``(B, T)`` bool, True at real tokens;
+        returns ``(B, D)``.
+    """
+    _check_pool_inputs(x, mask)
+    if mask is None:
+        return x.max(dim=1).values  # (B, T, D) -> (B, D)
+    lowest = torch.finfo(x.dtype).min
+    out = x.masked_fill(~mask[:, :, None], lowest).max(dim=1).values  # (B, T, D) -> (B, D)
+    empty = ~mask.any(dim=1)  # (B,): rows with no real token
+    return out.masked_fill(empty[:, None], 0.0)
+
+
+class TransformerClassifier(nn.Module):
+    """Embedding + positions, a Transformer encoder, pooling over time, a linear layer.
+
+    ``forward(tokens)`` builds the padding mask itself from ``pad_id``
+    (``tokens != pad_id``), masks the encoder's self-attention keys with it
+    and pools only over real tokens, so the logits do not depend on how much
+    padding follows a sentence. Dropout is active in training mode only.
+
+    Shapes:
+        tokens: ``(B, T)`` token ids (``T <= max_len``); returns logits
+        ``(B, num_classes)``.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int,
+        d_model: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        d_ff: int = 128,
+        dropout: float = 0.1,
+        max_len: int = 512,
+        pad_id: int = 0,
+        pooling: str = "mean",
+        norm_first: bool = False,
+    ) -> None:
+        super().__init__()
+        check_positive_int("vocab_size", vocab_size)
+        check_positive_int("num_classes", num_classes)
+        check_positive_int("max_len", max_len)
+        if not isinstance(pad_id, int) or isinstance(pad_id, bool) or not 0 <= pad_id < vocab_size:
+            raise ValueError(f"pad_id: got {pad_id!r}, expected an int in [0, {vocab_size})")
+        if pooling not in _POOLINGS:
+            raise ValueError(f"pooling: got {pooling!r}, expected one of {_POOLINGS}")
+        self.d_model = d_model
+        self.vocab_size = vocab_size
+        self.max_len = max_len
+        self.pad_id = pad_id
+        self.pooling = pooling
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.positional = PositionalEncoding(d_model, max_len, dropout)
+        self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.output_layer = nn.Linear(d_model, num_classes)
+        # Xavier-uniform for every weight matrix, as in Transformer.
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def _check_tokens(self, tokens: object) -> None:
+        if not isinstance(tokens, torch.Tensor):
+            raise ValueError(f"tokens: got {type(tokens).__name__}, expected a LongTensor (B, T)")
+        require_ndim("tokens", tokens, (2,), "(B, T) token ids")
+        if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+            raise ValueError(f"tokens: got dtype {tokens.dtype}, expected integer token ids")
+        if not 1 <= tokens.shape[1] <= self.max_len:
+            raise ValueError(
+                f"tokens: got length {tokens.shape[1]}, expected 1 to max_len={self.max_len}"
+            )
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+            raise ValueError(
+                f"tokens: got ids in [{int(tokens.min())}, {int(tokens.max())}], expected ids "
+                f"in [0, {self.vocab_size - 1}] (vocabulary size {self.vocab_size})"
+            )
+
+    def encode(self, tokens: torch.Tensor, return_attention: bool = False):
+        """Contextual vectors for every position, and the mask of real tokens.
+
+        Shapes:
+            tokens: ``(B, T)``; returns ``(hidden (B, T, D), keep (B, T) bool)``,
+            plus a list of per-layer self-attention weights ``(B, H, T, T)``
+            if ``return_attention``.
+        """
+        self._check_tokens(tokens)
+        keep = tokens != self.pad_id  # (B, T): True at real tokens
+        # Scale by sqrt(d_model) so the embeddings are not drowned by the positions (chapter 9).
+        x = self.embedding(tokens) * math.sqrt(self.d_model)  # (B, T) -> (B, T, D)
+        x = self.positional(x)
+        key_mask = keep[:, None, None, :]  # (B, T) -> (B, 1, 1, T): no query attends to padding
+        out = self.encoder(x, key_mask, return_attention=return_attention)
+        if return_attention:
+            hidden, weights = out
+            return hidden, keep, weights
+        return out, keep
+
+    def pool(self, hidden: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """Pool ``hidden (B, T, D)`` over the real tokens ``keep (B, T)`` -> ``(B, D)``."""
+        if self.pooling == "mean":
+            return masked_mean_pool(hidden, keep)
+        return masked_max_pool(hidden, keep)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        hidden, keep = self.encode(tokens)
+        return self.output_layer(self.pool(hidden, keep))  # (B, D) -> (B, num_classes)
+
+
+def _warmup_then_decay(i: int, warmup: int, total: int) -> float:
+    """Learning-rate factor: linear warm-up to 1 over ``warmup`` steps, then linear decay to 0."""
+    if i < warmup:
+        return (i + 1) / warmup
+    return max(0.0, (total - i) / max(1, total - warmup))
+
+
+def train_classifier(
+    model: nn.Module,
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    num_steps: int,
+    batch_size: int = 64,
+    lr: float = 1e-3,
+    seed: int = 0,
+    progress: bool = True,
+    clip_norm: float | None = 1.0,
+) -> list[float]:
+    """Train any ``model(tokens) -> logits (B, C)`` with cross-entropy on ``labels``.
+
+    Batches are drawn with a private generator seeded by ``seed``. Uses Adam
+    with a linear warm-up over the first 10% of steps (as ``train_seq2seq``),
+    then a linear decay of the learning rate to zero: small steps at the end
+    settle the weights, which matters for held-out accuracy.
+
+    Shapes:
+        tokens: ``(N, T)``; labels: ``(N,)`` class ids; returns ``num_steps`` losses.
+    """
+    if tokens.shape[0] != labels.shape[0] or labels.dim() != 1:
+        raise ValueError(
+            f"labels: got shape {shape_str(labels.shape)}, expected ({tokens.shape[0]},), "
+            f"one class id per row of tokens {shape_str(tokens.shape)}"
+        )
+    device = next(model.parameters()).device
+    tokens, labels = tokens.to(device), labels.to(device)
+    gen = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
+    warmup = max(1, num_steps // 10)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, partial(_warmup_then_decay, warmup=warmup, total=num_steps)
+    )
+    model.train()
+
+    def step(i: int) -> float:
+        index = torch.randint(0, tokens.shape[0], (batch_size,), generator=gen).to(device)
+        loss = F.cross_entropy(model(tokens[index]), labels[index])  # (B, C), (B,) -> ()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        optimizer.step()
+        scheduler.step()
+        return loss.item()
+
+    return fit(step, num_steps, progress=progress)
+
+
+@torch.no_grad()
+def accuracy(
+    model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor, batch_size: int = 512
+) -> float:
+    """Fraction of rows whose highest logit is the label (evaluation mode, restored after).
+
+    Shapes:
+        tokens: ``(N, T)``; labels: ``(N,)``; returns a float in [0, 1].
+    """
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    correct = 0
+    try:
+        for i in range(0, tokens.shape[0], batch_size):
+            logits = model(tokens[i : i + batch_size].to(device))  # (B, C)
+            correct += int((logits.argmax(dim=-1) == labels[i : i + batch_size].to(device)).sum())
+    finally:
+        model.train(was_training)
+    return correct / tokens.shape[0]

@@ -36,7 +36,15 @@ from .positional import (
     sinusoidal_positional_encoding,
 )
 from .tiled import tiled_attention
-from .transformer import Decoder, DecoderLayer, Encoder, EncoderLayer, Transformer, greedy_decode
+from .transformer import (
+    Decoder,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    KVCache,
+    Transformer,
+    greedy_decode,
+)
 
 __version__ = "0.1.0"
 
@@ -47,6 +55,7 @@ __all__ = [
     "DecoderLayer",
     "Encoder",
     "EncoderLayer",
+    "KVCache",
     "LayerNorm",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",

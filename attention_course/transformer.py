@@ -624,7 +624,11 @@ def greedy_decode(
             f"max_len: got {max_len}, expected at most the model's max_len={model.max_len}"
         )
     for name, token in (("bos_id", bos_id), ("eos_id", eos_id)):
-        if not isinstance(token, int) or not 0 <= token < model.tgt_vocab_size:
+        if (
+            not isinstance(token, int)
+            or isinstance(token, bool)
+            or not 0 <= token < model.tgt_vocab_size
+        ):
             raise ValueError(
                 f"{name}: got {token!r}, expected a token id in [0, {model.tgt_vocab_size - 1}]"
             )

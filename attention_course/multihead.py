@@ -174,11 +174,11 @@ def _fused_attention(q, k, v, mask, dropout_p: float) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
     if mask.dtype == torch.bool:
         empty = ~mask.any(dim=-1, keepdim=True)  # (.., T, 1): rows with no key allowed
-        safe_mask = mask | empty
     else:
         empty = torch.isneginf(mask).all(dim=-1, keepdim=True)
-        safe_mask = mask.masked_fill(empty, 0.0).to(q.dtype)
+        mask = mask.to(q.dtype)
+    if not bool(empty.any()):  # the usual case: every query may attend somewhere
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    safe_mask = mask | empty if mask.dtype == torch.bool else mask.masked_fill(empty, 0.0)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout_p)
-    if empty.any():
-        out = out.masked_fill(empty, 0.0)  # (.., T, 1) broadcasts over Dh
-    return out
+    return out.masked_fill(empty, 0.0)  # (.., T, 1) broadcasts over Dh

@@ -74,8 +74,9 @@ class LayerNorm(nn.Module):
             x = x.float()  # accumulate statistics in float32, as PyTorch does
         dims = tuple(range(-n, 0))  # the normalised axes, e.g. (-1,) or (-3, -2, -1)
         mean = x.mean(dim=dims, keepdim=True)  # (*, 1, ..., 1)
-        var = ((x - mean) ** 2).mean(dim=dims, keepdim=True)  # biased: divide by N
-        y = (x - mean) / torch.sqrt(var + self.eps)  # eps inside the square root
+        centred = x - mean
+        var = (centred * centred).mean(dim=dims, keepdim=True)  # biased: divide by N
+        y = centred / torch.sqrt(var + self.eps)  # eps inside the square root
         if self.elementwise_affine:
             y = y * self.weight + self.bias
         return y.to(dtype)

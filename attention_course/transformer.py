@@ -148,6 +148,9 @@ class KVCache:
     def __init__(self) -> None:
         self.layers: list[LayerKVCache] = []
         self.target_keep: torch.Tensor | None = None
+        # The src of the first step and its padding mask, reused while src is the same tensor.
+        self.source: torch.Tensor | None = None
+        self.memory_mask: torch.Tensor | None = None
 
     @property
     def length(self) -> int:
@@ -556,7 +559,9 @@ class Transformer(nn.Module):
                 f"({tgt.shape[0]}, S, {self.d_model}) to match tgt {shape_str(tgt.shape)}"
             )
         memory_mask = None
-        if src is not None:
+        if cache is not None and cache.source is not None and src is cache.source:
+            memory_mask = cache.memory_mask  # the same src as at the first step: checked then
+        elif src is not None:
             self._check_tokens("src", src, self.src_vocab_size)
             if tuple(src.shape) != tuple(memory.shape[:2]):
                 raise ValueError(
@@ -564,6 +569,8 @@ class Transformer(nn.Module):
                     f"{shape_str(memory.shape[:2])}, the (B, S) of memory"
                 )
             memory_mask = self.source_mask(src)
+            if cache is not None:
+                cache.source, cache.memory_mask = src, memory_mask
         if cache is None:
             tgt_mask = self.target_mask(tgt)
         else:

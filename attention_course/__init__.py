@@ -30,6 +30,7 @@ from .interop import copy_weights_from_torch
 from .masking import causal_mask, padding_mask, to_additive_mask, to_torch_mha_mask
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 from .norms import BatchNorm1d, LayerNorm
+from .parameters import count_parameters
 from .positional import (
     LearnedPositionalEmbedding,
     PositionalEncoding,
@@ -65,6 +66,7 @@ __all__ = [
     "TransformerClassifier",
     "causal_mask",
     "copy_weights_from_torch",
+    "count_parameters",
     "get_device",
     "greedy_decode",
     "hard_argmax",

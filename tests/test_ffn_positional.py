@@ -129,3 +129,17 @@ def test_learned_positional_embedding_adds_one_vector_per_position():
     (module(x) ** 2).sum().backward()
     grad = module.embedding.weight.grad
     assert grad[:5].abs().sum() > 0 and bool((grad[5:] == 0).all())  # unused rows learn nothing
+
+
+def test_count_parameters_counts_all_or_only_weight_matrices():
+    from torch import nn
+
+    from attention_course import count_parameters
+
+    d = 16
+    ffn = PositionwiseFeedForward(d, 4 * d)
+    assert count_parameters(ffn) == 8 * d * d + 4 * d + d
+    assert count_parameters(ffn, weights_only=True) == 8 * d * d
+    assert count_parameters(nn.LayerNorm(d), weights_only=True) == 0
+    with pytest.raises(ValueError, match="module"):
+        count_parameters("not a module")

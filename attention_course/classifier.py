@@ -23,7 +23,7 @@ from torch import nn
 
 from ._validate import check_positive_int, require_float, require_ndim, shape_str
 from .positional import PositionalEncoding
-from .train import fit
+from .train import fit, optimization_step
 from .transformer import Encoder
 
 _POOLINGS = ("mean", "max")
@@ -229,13 +229,7 @@ def train_classifier(
     def step(i: int) -> float:
         index = torch.randint(0, tokens.shape[0], (batch_size,), generator=gen).to(device)
         loss = F.cross_entropy(model(tokens[index]), labels[index])  # (B, C), (B,) -> ()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-        optimizer.step()
-        scheduler.step()
-        return loss.item()
+        return optimization_step(model, loss, optimizer, scheduler, clip_norm)
 
     return fit(step, num_steps, progress=progress)
 

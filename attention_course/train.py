@@ -29,6 +29,24 @@ def fit(
     return losses
 
 
+def optimization_step(
+    model: torch.nn.Module,
+    loss: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    clip_norm: float | None,
+) -> float:
+    """Backpropagate ``loss``, clip the gradient norm, step the optimizer and the
+    learning-rate schedule; return the loss as a float."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if clip_norm is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    scheduler.step()
+    return loss.item()
+
+
 def train_seq2seq(
     model: Transformer,
     src: torch.Tensor,
@@ -69,13 +87,7 @@ def train_seq2seq(
             t[:, 1:].reshape(-1),  # (B, T) -> (B*T,)
             ignore_index=ignore,
         )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-        optimizer.step()
-        scheduler.step()
-        return loss.item()
+        return optimization_step(model, loss, optimizer, scheduler, clip_norm)
 
     return fit(step, num_steps, progress=progress)
 

@@ -76,7 +76,7 @@ class LayerNorm(nn.Module):
         mean = x.mean(dim=dims, keepdim=True)  # (*, 1, ..., 1)
         centred = x - mean
         var = (centred * centred).mean(dim=dims, keepdim=True)  # biased: divide by N
-        y = centred / torch.sqrt(var + self.eps)  # eps inside the square root
+        y = centred * torch.rsqrt(var + self.eps)  # divide by sqrt(var + eps): eps inside the root
         if self.elementwise_affine:
             y = y * self.weight + self.bias
         return y.to(dtype)

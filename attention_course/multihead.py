@@ -6,6 +6,8 @@ attends on its own, the heads are concatenated and mixed by ``w_o``.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -163,22 +165,50 @@ class MultiHeadAttention(nn.Module):
         return output, weights
 
 
+class _SDPAMask(NamedTuple):
+    """A course mask converted once for ``F.scaled_dot_product_attention``.
+
+    Converting costs a few small operations; a decoder that applies the same mask
+    in every layer (or at every decoding step, for the source padding) converts it
+    once and passes this to :func:`_fused_attention`.
+
+    Attributes:
+        additive: float, 0 where a query may attend and -inf elsewhere, except on
+            fully masked rows, which are all 0 (attend everywhere: finite, and zeroed later).
+        empty: bool ``(..., T, 1)``, True on the fully masked rows; None when there are none.
+    """
+
+    additive: torch.Tensor
+    empty: torch.Tensor | None
+
+
+def _prepare_sdpa_mask(mask: torch.Tensor, dtype: torch.dtype) -> _SDPAMask:
+    """Convert a bool (True = may attend) or additive float mask into an :class:`_SDPAMask`."""
+    if mask.dtype == torch.bool:
+        # The kernels are faster with an additive float mask than with a bool one.
+        additive = torch.full(mask.shape, float("-inf"), dtype=dtype, device=mask.device)
+        additive.masked_fill_(mask, 0.0)  # 0 where a query may attend, -inf elsewhere
+    else:
+        additive = mask.to(dtype)
+    empty = torch.isneginf(additive).all(dim=-1, keepdim=True)  # (.., T, 1): no key allowed
+    if not bool(empty.any()):  # the usual case: every query may attend somewhere
+        return _SDPAMask(additive, None)
+    return _SDPAMask(additive.masked_fill(empty, 0.0), empty)
+
+
 def _fused_attention(q, k, v, mask, dropout_p: float) -> torch.Tensor:
     """``F.scaled_dot_product_attention`` with fully masked rows returning zeros.
 
     PyTorch's kernels may return NaN for a query that may attend to nothing.
     We let such rows attend everywhere (a harmless, finite computation) and
-    zero their output afterwards.
+    zero their output afterwards. ``mask`` is None, a course mask, or an
+    :class:`_SDPAMask` prepared earlier.
     """
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
-    if mask.dtype == torch.bool:
-        empty = ~mask.any(dim=-1, keepdim=True)  # (.., T, 1): rows with no key allowed
-    else:
-        empty = torch.isneginf(mask).all(dim=-1, keepdim=True)
-        mask = mask.to(q.dtype)
-    if not bool(empty.any()):  # the usual case: every query may attend somewhere
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-    safe_mask = mask | empty if mask.dtype == torch.bool else mask.masked_fill(empty, 0.0)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout_p)
-    return out.masked_fill(empty, 0.0)  # (.., T, 1) broadcasts over Dh
+    if not isinstance(mask, _SDPAMask):
+        mask = _prepare_sdpa_mask(mask, q.dtype)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.additive, dropout_p=dropout_p)
+    if mask.empty is None:
+        return out
+    return out.masked_fill(mask.empty, 0.0)  # (.., T, 1) broadcasts over Dh

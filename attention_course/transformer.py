@@ -18,7 +18,13 @@ from ._validate import check_positive_int, check_probability, require_ndim, shap
 from .attention import scaled_dot_product_attention
 from .ffn import PositionwiseFeedForward
 from .masking import causal_mask
-from .multihead import MultiHeadAttention, _fused_attention, merge_heads, split_heads
+from .multihead import (
+    MultiHeadAttention,
+    _fused_attention,
+    _prepare_sdpa_mask,
+    merge_heads,
+    split_heads,
+)
 from .norms import LayerNorm
 from .positional import PositionalEncoding
 
@@ -139,18 +145,23 @@ class KVCache:
     Use: create an empty cache, then call :meth:`Transformer.decode` with only the
     new tokens and ``cache=cache``; the positions continue where the cache ends.
 
+    Like the memory's keys and values, the source padding mask is taken at the
+    first step and reused: a cache belongs to one ``memory`` and one ``src``.
+
     Attributes:
         layers: one :class:`LayerKVCache` per decoder layer (filled at the first step).
         target_keep: ``(B, t)`` bool, False at padded target positions (only when
-        the model has a ``pad_id``), so that padded keys stay masked.
+            the model has a ``pad_id``), so that padded keys stay masked; None while
+            no target position has been padded (then no key needs hiding).
+        memory_mask: the source padding mask of the first step, ``(B, 1, 1, S)`` or None.
     """
 
     def __init__(self) -> None:
         self.layers: list[LayerKVCache] = []
         self.target_keep: torch.Tensor | None = None
-        # The src of the first step and its padding mask, reused while src is the same tensor.
-        self.source: torch.Tensor | None = None
         self.memory_mask: torch.Tensor | None = None
+        # memory_mask converted once for F.scaled_dot_product_attention (see _SDPAMask)
+        self._memory_sdpa_mask = None
 
     @property
     def length(self) -> int:
@@ -494,8 +505,11 @@ class Transformer(nn.Module):
         # (A single new query may see every cached key: the causal mask is all True.)
         if self.pad_id is not None:
             keep = tgt != self.pad_id  # (B, Tn)
-            if cache.target_keep is not None:
-                keep = torch.cat([cache.target_keep, keep], dim=1)  # (B, t + Tn)
+            if cache.target_keep is None and bool(keep.all()):
+                return mask  # nothing padded so far: no key to hide (the usual case)
+            if cache.target_keep is None:  # the first padded token: all earlier ones were kept
+                cache.target_keep = keep.new_ones((tgt.shape[0], t))
+            keep = torch.cat([cache.target_keep, keep], dim=1)  # (B, t + Tn)
             cache.target_keep = keep
             keys = keep[:, None, None, :]  # (B, t + Tn) -> (B, 1, 1, t + Tn)
             mask = keys if mask is None else mask & keys
@@ -529,25 +543,24 @@ class Transformer(nn.Module):
         With ``cache`` (a :class:`KVCache`, empty at the first call), ``tgt`` holds
         only the *new* tokens, which continue at position ``cache.length``; the
         logits are those of the new positions and equal the last ``Tn`` rows of
-        decoding the whole prefix at once. Pass the same ``memory`` every time.
+        decoding the whole prefix at once. Pass the same ``memory`` and ``src``
+        every time: the cache keeps what it derived from them at the first call.
         """
         self._check_tokens("tgt", tgt, self.tgt_vocab_size)
-        start = 0
         if cache is not None:
             if not isinstance(cache, KVCache):
                 raise ValueError(f"cache: got {type(cache).__name__}, expected a KVCache or None")
-            start = cache.length
             if cache.layers and len(cache.layers) != len(self.decoder.layers):
                 raise ValueError(
                     f"cache: got a KVCache for {len(cache.layers)} layers, expected "
                     f"{len(self.decoder.layers)} (use a new KVCache for every decoding run)"
                 )
-            if start + tgt.shape[1] > self.max_len:
+            if cache.length + tgt.shape[1] > self.max_len:
                 raise ValueError(
-                    f"tgt: got {tgt.shape[1]} new tokens after {start} cached positions, "
+                    f"tgt: got {tgt.shape[1]} new tokens after {cache.length} cached positions, "
                     f"expected at most max_len={self.max_len} positions in all"
                 )
-            if start and cache.layers[0].keys.shape[0] != tgt.shape[0]:
+            if cache.length and cache.layers[0].keys.shape[0] != tgt.shape[0]:
                 raise ValueError(
                     f"tgt: got batch size {tgt.shape[0]}, expected "
                     f"{cache.layers[0].keys.shape[0]} to match the cache"
@@ -559,9 +572,7 @@ class Transformer(nn.Module):
                 f"({tgt.shape[0]}, S, {self.d_model}) to match tgt {shape_str(tgt.shape)}"
             )
         memory_mask = None
-        if cache is not None and cache.source is not None and src is cache.source:
-            memory_mask = cache.memory_mask  # the same src as at the first step: checked then
-        elif src is not None:
+        if src is not None:
             self._check_tokens("src", src, self.src_vocab_size)
             if tuple(src.shape) != tuple(memory.shape[:2]):
                 raise ValueError(
@@ -569,12 +580,28 @@ class Transformer(nn.Module):
                     f"{shape_str(memory.shape[:2])}, the (B, S) of memory"
                 )
             memory_mask = self.source_mask(src)
-            if cache is not None:
-                cache.source, cache.memory_mask = src, memory_mask
+        return self._decode(tgt, memory, memory_mask, return_attention, cache)
+
+    def _decode(self, tgt, memory, memory_mask, return_attention=False, cache=None):
+        """:meth:`decode` after its checks, with the source mask already built.
+
+        :func:`greedy_decode` checks its inputs once and then calls this at every step.
+        """
         if cache is None:
-            tgt_mask = self.target_mask(tgt)
+            start, tgt_mask = 0, self.target_mask(tgt)
         else:
+            start = cache.length
+            if start == 0:  # the first step: keep the source mask for the whole run
+                cache.memory_mask = memory_mask
+                if memory_mask is not None:
+                    cache._memory_sdpa_mask = _prepare_sdpa_mask(memory_mask, memory.dtype)
+            memory_mask = cache.memory_mask
             tgt_mask = self._cached_target_mask(tgt, cache)
+            if not return_attention:
+                # The fused attention path: convert each mask once for all layers, not per layer.
+                memory_mask = cache._memory_sdpa_mask
+                if tgt_mask is not None:
+                    tgt_mask = _prepare_sdpa_mask(tgt_mask, memory.dtype)
         y = self._embed(self.tgt_embedding, tgt, start=start)
         out = self.decoder(
             y, memory, tgt_mask, memory_mask, return_attention=return_attention, cache=cache
@@ -596,7 +623,6 @@ class Transformer(nn.Module):
         return self.decode(tgt, memory, src=src)
 
 
-@torch.no_grad()
 def greedy_decode(
     model: Transformer,
     src: torch.Tensor,
@@ -611,8 +637,9 @@ def greedy_decode(
     Starts each sequence with ``bos_id`` and appends ``argmax`` of the logits
     for the last position until a sequence has produced ``eos_id`` (it is then
     padded with ``model.pad_id``, or ``eos_id`` when the model has none) or
-    ``max_len`` tokens exist. Runs in evaluation mode (dropout off) and
-    restores the model's previous mode afterwards.
+    ``max_len`` tokens exist. Runs in evaluation mode (dropout off) and under
+    ``torch.inference_mode()`` (no autograd bookkeeping), and restores the
+    model's previous mode afterwards.
 
     The encoder runs once. With ``use_cache=True`` (the default) the decoder keeps
     a :class:`KVCache` and processes only the newest token at each step; with
@@ -646,23 +673,32 @@ def greedy_decode(
     was_training = model.training
     model.eval()
     try:
-        memory = model.encode(src)  # computed once, reused at every step
-        cache = KVCache() if use_cache else None
-        B = src.shape[0]
-        out = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
-        finished = torch.zeros(B, dtype=torch.bool, device=src.device)
-        for _ in range(max_len - 1):
-            if cache is not None:
-                # Only the newest token goes in; the cache holds the keys and values of the rest.
-                logits = model.decode(out[:, -1:], memory, src=src, cache=cache)  # (B, 1, V)
-            else:
-                logits = model.decode(out, memory, src=src)  # (B, t, V): the whole prefix again
-            next_token = logits[:, -1].argmax(dim=-1)  # (B,)
-            next_token = next_token.masked_fill(finished, pad)  # pad after EOS
-            out = torch.cat([out, next_token[:, None]], dim=1)  # (B, t) -> (B, t + 1)
-            finished |= next_token == eos_id
-            if bool(finished.all()):
-                break
+        with torch.inference_mode():
+            out = _greedy_loop(model, src, max_len, bos_id, eos_id, pad, use_cache)
     finally:
         model.train(was_training)
+    # A clone made outside inference mode is an ordinary tensor, usable in training later.
+    return out.clone()
+
+
+def _greedy_loop(model, src, max_len, bos_id, eos_id, pad, use_cache):
+    """The loop of :func:`greedy_decode`, after its checks."""
+    memory = model.encode(src)  # computed once, reused at every step
+    memory_mask = model.source_mask(src)  # (B, 1, 1, S) or None, also reused
+    cache = KVCache() if use_cache else None
+    B = src.shape[0]
+    out = torch.full((B, max_len), pad, dtype=torch.long, device=src.device)
+    out[:, 0] = bos_id
+    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+    for t in range(1, max_len):  # out[:, :t] is decoded; predict out[:, t]
+        if cache is not None:
+            # Only the newest token goes in; the cache holds the keys and values of the rest.
+            logits = model._decode(out[:, t - 1 : t], memory, memory_mask, cache=cache)  # (B, 1, V)
+        else:
+            logits = model._decode(out[:, :t], memory, memory_mask)  # (B, t, V): the whole prefix
+        next_token = logits[:, -1].argmax(dim=-1)  # (B,)
+        out[:, t] = next_token.masked_fill(finished, pad)  # pad after EOS
+        finished |= next_token == eos_id
+        if bool(finished.all()):
+            return out[:, : t + 1]
     return out

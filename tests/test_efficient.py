@@ -288,6 +288,42 @@ def test_decode_with_cache_equals_decoding_the_whole_prefix(randomize, norm_firs
     assert start == tgt.shape[1]
 
 
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_fused_cached_steps_mask_padding_that_appears_mid_run(randomize, norm_first):
+    """One token at a time on the fast path (no weights requested, masks converted once).
+
+    No target is padded at first, so the cache keeps no padding mask; from step 7 one
+    target is padded and from step 12 another, and their padded keys must stay hidden.
+    A fully padded source row gives fully masked cross-attention rows: zeros, not NaN.
+    """
+    model = small_model(randomize, norm_first, PAD)
+    src = padded_source(PAD)
+    src[0] = PAD  # nothing to attend to in cross-attention for sequence 0
+    tgt = torch.randint(3, 11, (5, 20))
+    tgt[:, 0] = BOS
+    tgt[4, 7:] = PAD
+    tgt[2, 12:] = PAD
+    memory = model.encode(src)
+    full = model.decode(tgt, memory, src=src)
+    cache = KVCache()
+    for t in range(tgt.shape[1]):
+        logits = model.decode(tgt[:, t : t + 1], memory, src=src, cache=cache)
+        assert torch.isfinite(logits).all()
+        assert_close(logits, full[:, t : t + 1])
+        assert (cache.target_keep is None) == (t < 7)
+    assert cache.target_keep.tolist() == (tgt != PAD).tolist()
+
+
+def test_greedy_decode_returns_an_ordinary_tensor_usable_in_training(randomize):
+    """greedy_decode runs under inference_mode; what it returns must still work with autograd."""
+    model = small_model(randomize, False, PAD).train()
+    src = padded_source(PAD)
+    tokens = greedy_decode(model, src, 6, BOS, EOS)
+    assert not tokens.is_inference() and model.training  # the mode is restored
+    model(src, tokens).sum().backward()  # e.g. training on the model's own outputs
+    assert model.tgt_embedding.weight.grad is not None
+
+
 def test_the_cache_holds_projected_keys_values_and_memory(randomize):
     model = small_model(randomize, False, PAD, layers=3)
     src = padded_source(PAD)

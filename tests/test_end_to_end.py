@@ -51,21 +51,24 @@ def tiny_model(pad_id=PAD, vocab=7, max_len=8):
 
 
 def script_decoder(model, monkeypatch, next_tokens):
-    """Make ``model.decode`` predict ``next_tokens[b][t]`` after ``t + 1`` tokens of sequence b.
+    """Make the decoder predict ``next_tokens[b][t]`` after ``t + 1`` tokens of sequence b.
 
-    The script reads the whole prefix, so decode with ``use_cache=False`` (with the KV
-    cache, ``decode`` would see only the newest token).
+    ``greedy_decode`` checks its inputs once and then calls ``model._decode`` (``decode``
+    without the checks) at every step; the script replaces that. It reads the whole
+    prefix, so decode with ``use_cache=False`` (with the KV cache, the decoder would see
+    only the newest token).
     """
     vocab = model.tgt_vocab_size
 
-    def decode(tgt, memory, src=None):
+    def decode(tgt, memory, memory_mask, return_attention=False, cache=None):
+        assert cache is None
         B, t = tgt.shape
         logits = torch.zeros(B, t, vocab)
         for b in range(B):
             logits[b, -1, next_tokens[b][t - 1]] = 1.0
         return logits
 
-    monkeypatch.setattr(model, "decode", decode)
+    monkeypatch.setattr(model, "_decode", decode)
 
 
 @pytest.mark.parametrize("pad_id", [PAD, None])

@@ -524,6 +524,10 @@ class Transformer(nn.Module):
     def encode(self, src: torch.Tensor, return_attention: bool = False):
         """Encode the source: ``(B, S)`` ids -> memory ``(B, S, D)``."""
         self._check_tokens("src", src, self.src_vocab_size)
+        return self._encode(src, return_attention)
+
+    def _encode(self, src: torch.Tensor, return_attention: bool = False):
+        """:meth:`encode` after its check."""
         x = self._embed(self.src_embedding, src)
         return self.encoder(x, self.source_mask(src), return_attention=return_attention)
 
@@ -619,8 +623,8 @@ class Transformer(nn.Module):
             raise ValueError(
                 f"tgt: got batch size {tgt.shape[0]}, expected {src.shape[0]} to match src"
             )
-        memory = self.encode(src)
-        return self.decode(tgt, memory, src=src)
+        memory = self._encode(src)  # the ids were checked above: skip encode's and decode's checks
+        return self._decode(tgt, memory, self.source_mask(src))
 
 
 def greedy_decode(
@@ -683,7 +687,7 @@ def greedy_decode(
 
 def _greedy_loop(model, src, max_len, bos_id, eos_id, pad, use_cache):
     """The loop of :func:`greedy_decode`, after its checks."""
-    memory = model.encode(src)  # computed once, reused at every step
+    memory = model._encode(src)  # computed once, reused at every step
     memory_mask = model.source_mask(src)  # (B, 1, 1, S) or None, also reused
     cache = KVCache() if use_cache else None
     B = src.shape[0]

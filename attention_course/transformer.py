@@ -583,7 +583,8 @@ class Transformer(nn.Module):
                     f"src: got shape {shape_str(src.shape)}, expected "
                     f"{shape_str(memory.shape[:2])}, the (B, S) of memory"
                 )
-            memory_mask = self.source_mask(src)
+            if cache is None or cache.length == 0:  # a cache keeps the first step's mask
+                memory_mask = self.source_mask(src)
         return self._decode(tgt, memory, memory_mask, return_attention, cache)
 
     def _decode(self, tgt, memory, memory_mask, return_attention=False, cache=None):

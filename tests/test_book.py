@@ -1,6 +1,7 @@
 """The book's structure: every chapter is in the table of contents, every
 notebook records the python3 kernel, and committed notebooks carry outputs."""
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -51,3 +52,42 @@ def test_chapter_has_a_single_title(path):
         if line.startswith("# ")
     ]
     assert len(titles) == 1, f"expected one '# ' title, got {titles}"
+
+
+# --- Committed outputs carry no warnings -------------------------------------------------
+
+# A Python warning category as `warnings.formatwarning` prints it (``auto.py:21: TqdmWarning:
+# ...``), or `warnings.warn`, anywhere in a stream, a displayed text or a traceback; in a
+# stderr stream, also the bare word "warning" (logging's ``WARNING:``, a library's own note).
+_WARNING = re.compile(r"\b[A-Z]\w*Warning\b|\bwarnings\.warn\b")
+
+
+def _output_texts(output) -> list[tuple[str, str]]:
+    """(where, text) for every text an output stores: a stream, a text/* item, a traceback."""
+    kind = output["output_type"]
+    if kind == "stream":
+        return [(output["name"], output["text"])]
+    if kind == "error":
+        return [("traceback", "\n".join(output["traceback"]))]
+    data = output.get("data", {})
+    return [(mime, data[mime]) for mime in data if mime.startswith("text/")]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_committed_outputs_carry_no_warnings(path):
+    """A warning in a committed output is noise a reader cannot act on, and it differs
+    between machines. Fix its cause (or silence it in the code, with a reason), then
+    re-execute the notebook."""
+    nb = nbformat.read(path, as_version=4)
+    found = []
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            for where, text in _output_texts(output):
+                text = "".join(text) if isinstance(text, list) else text
+                hit = _WARNING.search(text)
+                if hit is None and where == "stderr":
+                    hit = re.search(r"(?i)\bwarning\b", text)
+                if hit is not None:
+                    line = text[text.rfind("\n", 0, hit.start()) + 1 :].split("\n", 1)[0]
+                    found.append(f"cell {index} ({where}): {line.strip()[:160]}")
+    assert found == [], "committed outputs hold warnings:\n" + "\n".join(found)

@@ -1,0 +1,204 @@
+"""The built site, read as a browser with no network would read it.
+
+Runs on ``_build/html`` as the last build left it (``.ci/run`` builds strictly just
+before the tests); skipped when there is no build, unless ``ATTENTION_COURSE_REQUIRE_SITE``
+is set (CI sets it, so a missing build fails there instead of passing silently).
+
+For every page:
+
+- no text outside code, ``pre`` and math elements holds unrendered TeX (a ``$``
+  that is not a dollar amount, ``\\(``, ``\\[``, a backslash command such as
+  ``\\frac``): MathJax renders only the math elements, so TeX anywhere else is
+  shown raw (a ``$$`` block the Markdown parser did not recognise ends up there);
+- every ``<img>`` it references is a file of the site;
+- MathJax, and every other script or stylesheet, is served from the site itself:
+  a page that loads it from a URL shows raw TeX offline.
+
+Only the standard library's ``html.parser``; the whole site parses in well under a second.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = ROOT / "_build" / "html"
+BUILD = "jupyter-book build . -W -n --keep-going"
+
+if not (SITE / "index.html").exists():
+    if os.environ.get("ATTENTION_COURSE_REQUIRE_SITE"):
+        raise RuntimeError(f"no built site at {SITE}: run `{BUILD}` first")
+    pytest.skip(
+        f"no built site at {SITE.relative_to(ROOT)}: build it first with `{BUILD}` "
+        "(.ci/run does, before the tests)",
+        allow_module_level=True,
+    )
+
+PAGES = sorted(
+    p for p in SITE.rglob("*.html") if p.relative_to(SITE).parts[0] not in ("_static", "_sources")
+)
+
+# Elements whose text is not prose: code, program output, and scripts/styles.
+_VERBATIM = {"code", "pre", "kbd", "samp", "tt", "script", "style", "textarea", "template"}
+# Elements without an end tag (they never enter the stack of open elements).
+_VOID = set("area base br col embed hr img input link meta source track wbr".split())
+
+# TeX that MathJax would have rendered had it been inside a math element.
+_TEX = re.compile(r"\\[()\[\]]|\\[A-Za-z]+|\$")
+# A dollar amount in prose ("$5", "$1,000.50") is not TeX; "$0.1$" is, and so is "$x$".
+_DOLLAR_AMOUNT = re.compile(r"\$\d[\d,]*(?:\.\d+)?(?=\s|$|[.,;:!?)](?:\s|$))")
+
+
+class _Page(HTMLParser):
+    """Collects a page's prose text (with the element it sits in), its images, scripts,
+    stylesheets, and the TeX of its math elements."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[tuple[str, bool, bool]] = []  # (tag, verbatim, math)
+        self.prose: list[tuple[str, str]] = []  # (innermost tag with its class, text)
+        self.math: list[str] = []
+        self.images: list[str] = []
+        self.scripts: list[str] = []
+        self.stylesheets: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "img":
+            self.images.append(attrs.get("src") or "")
+        elif tag == "script" and attrs.get("src"):
+            self.scripts.append(attrs["src"])
+        elif tag == "link" and "stylesheet" in (attrs.get("rel") or "").split():
+            self.stylesheets.append(attrs.get("href") or "")
+        if tag in _VOID:
+            return
+        classes = (attrs.get("class") or "").split()
+        parent_verbatim, parent_math = self.stack[-1][1:] if self.stack else (False, False)
+        label = tag + "".join("." + c for c in classes)
+        self.stack.append(
+            (label, parent_verbatim or tag in _VERBATIM, parent_math or "math" in classes)
+        )
+
+    def handle_startendtag(self, tag, attrs):
+        self.handle_starttag(tag, attrs)
+        if tag not in _VOID:
+            self.handle_endtag(tag)
+
+    def handle_endtag(self, tag):
+        # Close up to the matching open element (tolerates unclosed <p>, <li>, ...).
+        for i in range(len(self.stack) - 1, -1, -1):
+            if self.stack[i][0].split(".")[0] == tag:
+                del self.stack[i:]
+                return
+
+    def handle_data(self, data):
+        if not data.strip():
+            return
+        label, verbatim, math = self.stack[-1] if self.stack else ("", False, False)
+        if math and not verbatim:
+            self.math.append(data)
+        elif not verbatim:
+            self.prose.append((label, data))
+
+
+_PARSED: dict[Path, _Page] = {}
+
+
+def _parse(path: Path) -> _Page:
+    if path not in _PARSED:
+        page = _Page()
+        page.feed(path.read_text(encoding="utf-8"))
+        page.close()
+        _PARSED[path] = page
+    return _PARSED[path]
+
+
+def _is_url(ref: str) -> bool:
+    return bool(urlsplit(ref).scheme) or ref.startswith("//")
+
+
+def _local_file(page: Path, ref: str) -> Path:
+    return (page.parent / unquote(urlsplit(ref).path)).resolve()
+
+
+def _ids(p: Path) -> str:
+    return str(p.relative_to(SITE))
+
+
+def test_the_site_has_pages():
+    names = {_ids(p) for p in PAGES}
+    assert {"index.html", "book/01_attention_over_sets.html", "book/glossary.html"} <= names
+
+
+@pytest.mark.parametrize("path", PAGES, ids=_ids)
+def test_no_unrendered_tex_outside_math(path):
+    """Raw TeX in prose means a formula the Markdown parser did not turn into math: it is
+    shown as source, online and offline. The usual cause is a ``$$`` block glued to the
+    paragraph above it, or not indented with its list item; leave a blank line around it."""
+    found = []
+    for label, text in _parse(path).prose:
+        for hit in _TEX.finditer(_DOLLAR_AMOUNT.sub(" ", text)):
+            context = " ".join(text[max(0, hit.start() - 60) : hit.end() + 60].split())
+            found.append(f"<{label}> {hit.group()!r} in: ...{context}...")
+            break  # one report per text run is enough
+    assert found == [], (
+        f"unrendered TeX outside math elements in {_ids(path)} (built "
+        f"{SITE.relative_to(ROOT)}; rebuild with `{BUILD}` if it is stale):\n" + "\n".join(found)
+    )
+
+
+@pytest.mark.parametrize("path", PAGES, ids=_ids)
+def test_math_braces_balance(path):
+    """An unbalanced brace makes MathJax show an error instead of the formula."""
+    bad = []
+    for tex in _parse(path).math:
+        depth = 0
+        for ch in re.sub(r"\\[{}]", "", tex):
+            depth += {"{": 1, "}": -1}.get(ch, 0)
+            if depth < 0:
+                break
+        if depth != 0:
+            bad.append(" ".join(tex.split())[:120])
+    assert bad == [], f"formulas with unbalanced braces in {_ids(path)}:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("path", PAGES, ids=_ids)
+def test_every_image_exists(path):
+    page = _parse(path)
+    missing = [
+        src
+        for src in page.images
+        if not src.startswith("data:") and (_is_url(src) or not _local_file(path, src).is_file())
+    ]
+    assert missing == [], f"{_ids(path)} shows images that are not files of the site: {missing}"
+
+
+@pytest.mark.parametrize("path", PAGES, ids=_ids)
+def test_scripts_and_styles_are_served_from_the_site(path):
+    """Offline, a script or stylesheet loaded from a URL is missing; for MathJax that
+    means every formula shows as raw TeX."""
+    page = _parse(path)
+    remote = [ref for ref in page.scripts + page.stylesheets if _is_url(ref)]
+    assert remote == [], f"{_ids(path)} loads from the network: {remote}"
+    absent = [
+        ref for ref in page.scripts + page.stylesheets if not _local_file(path, ref).is_file()
+    ]
+    assert absent == [], f"{_ids(path)} loads files the site does not have: {absent}"
+    if page.math:
+        mathjax = [ref for ref in page.scripts if "mathjax" in ref.lower()]
+        assert mathjax, f"{_ids(path)} has formulas but loads no MathJax"
+        for ref in mathjax:
+            local = _local_file(path, ref)
+            assert (SITE / "_static") in local.parents, f"MathJax from {ref}, not _static/"
+
+
+def test_mathjax_fonts_are_in_static():
+    """MathJax 3's CommonHTML output draws with web fonts that it loads relative to itself."""
+    fonts = SITE / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2"
+    assert sorted(fonts.glob("MathJax_Main-Regular.woff")), f"no MathJax fonts in {fonts}"

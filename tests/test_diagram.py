@@ -1,0 +1,32 @@
+"""The architecture figure of chapter 10 is drawn by code: check what it shows."""
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from attention_course.diagram import draw_transformer
+
+
+def test_draw_transformer_labels_every_block():
+    fig = draw_transformer()
+    try:
+        assert isinstance(fig, Figure)
+        texts = [t.get_text() for t in fig.axes[0].texts]
+        # encoder: 2 Add & Norm, decoder: 3
+        assert texts.count("Add & Norm") == 5
+        assert texts.count("Feed-forward") == 2
+        for label in (
+            "Multi-head self-attention",
+            "Masked multi-head self-attention",
+            "Multi-head cross-attention",
+            "Softmax",
+            "Q from the decoder",
+        ):
+            assert label in texts, label
+        assert any("K, V from" in t and "encoder" in t for t in texts)
+        assert sum("positional" in t for t in texts) == 2
+        assert sum(t.startswith("N×") for t in texts) == 2
+        assert any(t.startswith("Linear") for t in texts)
+        assert any("Input embedding" in t for t in texts)
+        assert any("Output embedding" in t for t in texts)
+    finally:
+        plt.close(fig)

@@ -225,7 +225,7 @@ def draw_transformer() -> Figure:
         fontsize=9,
     )
     ax.text(
-        left_edge - 0.62,
+        left_edge - 0.72,
         (memory_y + cross_y) / 2,
         "K, V from\nthe encoder",
         ha="right",

@@ -516,8 +516,10 @@ class Transformer(nn.Module):
         return mask
 
     def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
-        # Scale by sqrt(d_model) so that the embeddings are not drowned by the
-        # positional encoding, whose entries have magnitude ~1 (chapter 9).
+        # Multiply by sqrt(d_model), as the paper does (section 3.4, no reason given).
+        # One reading: it keeps the embeddings comparable in size to the positional
+        # encoding; whether it does depends on the initialisation and the vocabulary
+        # size (chapter 9).
         x = embedding(tokens) * math.sqrt(self.d_model)  # (B, L) -> (B, L, D)
         return self.positional(x, start=start)  # positions start, ..., start + L - 1
 

@@ -551,6 +551,7 @@ def _masked_mean_pool_cases(candidate: Callable) -> list[Case]:
             got = call_student(candidate, mine, mask, what=call, arg_names=("x", "mask"))
             keep = mask.to(x.dtype).unsqueeze(-1)  # (B, T) -> (B, T, 1)
             count = keep.sum(dim=1)  # (B, 1) real tokens per sequence
+            full = bool(mask.all())
             expect_close(
                 got,
                 want,
@@ -583,8 +584,9 @@ def _masked_mean_pool_cases(candidate: Callable) -> list[Case]:
                     ),
                     (
                         "your mask is inverted: True marks the real tokens, so average where "
-                        "the mask is True",
-                        lambda: None if bool(mask.all()) else masked_mean_pool(x, ~mask),
+                        "the mask is True"
+                        + (" (here every token is real, and you returned zeros)" if full else ""),
+                        lambda: masked_mean_pool(x, ~mask),
                     ),
                     (
                         "`keepdim=True` left a time axis of size 1: return (B, D)",

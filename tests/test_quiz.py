@@ -153,7 +153,7 @@ def test_a_wrong_answer_of_the_right_kind_is_never_told_its_kind(question_id):
     assert "expected" not in text and QUESTIONS[question_id].expects not in text, text
     for word in ("an int", "a tuple", "a number", "a shape (", "a letter", "got "):
         assert word not in text, text
-    assert text.startswith(f"{wrong!r}"[:3].replace("'", '"')) or "is not" in text
+    assert " is not " in text, text
 
 
 def test_the_wrong_answer_messages_say_what_is_wrong():
@@ -165,9 +165,8 @@ def test_the_wrong_answer_messages_say_what_is_wrong():
     assert "(2, 7, 1) has 3 axes: the question asks for a shape of 4" in message(
         "10.cross_attention_shape", (2, 7, 1)
     )
-    assert message(
-        "04.which_bug", "e"
-    ) == 'the text "e" is not one of the options "a", "b", "c", "d"'.replace("the text ", "")
+    options = '"a", "b", "c", "d"'
+    assert message("04.which_bug", "e") == f'"e" is not one of the options {options}'
 
 
 def test_a_type_is_named_only_when_the_answer_has_the_wrong_type():
@@ -284,7 +283,8 @@ def test_dot_product_attention_names_the_mistake(kind, named):
 
 def test_a_batched_key_dot_t_gets_a_hint_about_transposing_two_axes():
     def attention(query, key, value):
-        weights = torch.softmax(query @ key.mT.mT.permute(*range(key.dim() - 1, -1, -1)), -1)
+        key_t = key.permute(*reversed(range(key.dim())))  # what `key.T` does: every axis
+        weights = torch.softmax(query @ key_t, dim=-1)
         return weights @ value, weights
 
     report = check_quiz("02.dot_product_attention", attention)

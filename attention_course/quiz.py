@@ -74,18 +74,23 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def show(value: object) -> str:
+def show(value: object, limit: int = 80) -> str:
     """A short, stable text for an answer: ``(2, 4, 9, 7)``, ``"e"``, ``0.9999``."""
+    text = _show(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _show(value: object) -> str:
     if isinstance(value, str):
         return f'"{value}"'
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, int):
-        return str(value)
+        return str(value) if abs(value) < 10**60 else "a very large int"
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else f"{value:.6g}"
     if isinstance(value, tuple):
-        inner = ", ".join(show(v) for v in value)
+        inner = ", ".join(_show(v) for v in value)
         return f"({inner},)" if len(value) == 1 else f"({inner})"
     return f"a {type(value).__name__}"
 
@@ -301,9 +306,21 @@ def _fixed_cases(question: Question, candidate: Callable) -> list[Case]:
     form = question.form or Form(question.expects)
 
     def run() -> None:
-        raw = call_student(candidate, what=f"{_name(candidate)}()")
+        what = f"{_name(candidate)}()"
+        raw = call_student(candidate, what=what)
         if raw is None:
-            raise CaseFailed(f"{_name(candidate)}() returned None: return {question.expects}")
+            raise CaseFailed(f"{what} returned None: return {question.expects}")
+        try:
+            verdict(raw)
+        except CaseFailed:
+            raise
+        except Exception as error:  # noqa: BLE001 - an unreadable answer is the answer's fault
+            raise CaseFailed(
+                f"{what} returned a {type(raw).__name__} that cannot be read as "
+                f"{question.expects} ({type(error).__name__}: {error})"
+            ) from None
+
+    def verdict(raw: object) -> None:
         answer = plain(raw)
         try:
             got, problem = form.read(answer), ""
@@ -335,10 +352,16 @@ def _name(candidate: object) -> str:
 
 
 def _as_number(value: object, what: str) -> float:
-    value = plain(value)
+    try:
+        value = plain(value)
+    except Exception as error:  # noqa: BLE001 - an unreadable answer is the answer's fault
+        raise CaseFailed(
+            f"{what} returned a {type(value).__name__} that is not a number "
+            f"({type(error).__name__}: {error})"
+        ) from None
     if not _is_number(value):
         raise CaseFailed(f"{what} returned {_kind(value)}: expected a number")
-    if not math.isfinite(value):
+    if isinstance(value, int) and abs(value) > 1e300 or not math.isfinite(value):
         raise CaseFailed(f"{what} returned {show(value)}: expected a finite number")
     return float(value)
 

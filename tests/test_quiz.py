@@ -32,6 +32,8 @@ from attention_course.quiz import (
 FIXED = sorted(q for q in QUESTIONS if QUESTIONS[q].cases is None)
 COMPUTED = sorted(q for q in QUESTIONS if QUESTIONS[q].cases is not None)
 CHECKER_FAILED = "the checker itself failed"
+RECURSIVE: list = []
+RECURSIVE.append(RECURSIVE)
 
 
 def message(question_id, answer) -> str:
@@ -207,6 +209,12 @@ def test_beta_messages_print_enough_digits_to_show_the_failure():
         ((),),
         [[1, 2], "x"],
         print,
+        10**400,
+        10**5000,
+        (10**400, 1),
+        torch.zeros(2, device="meta"),
+        torch.tensor(1.0, device="meta"),
+        RECURSIVE,
     ],
     ids=lambda a: type(a).__name__,
 )

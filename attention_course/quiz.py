@@ -453,6 +453,19 @@ def _backward(got: torch.Tensor, expected: torch.Tensor, name: str, seed: int) -
         ) from None
 
 
+def _expect_close(got: object, expected: torch.Tensor, name: str, **options) -> None:
+    """`expect_close`, with a student's output that cannot even be compared (a tensor on
+    the ``meta`` device, say) turned into a failed case rather than a checker failure."""
+    try:
+        expect_close(got, expected, name, **options)
+    except CaseFailed:
+        raise
+    except Exception as error:  # noqa: BLE001 - the output is the student's
+        raise CaseFailed(
+            f"{name}: cannot be compared with the expected values ({type(error).__name__}: {error})"
+        ) from None
+
+
 DTYPE_HINT = (
     "keep the inputs' dtype: build new tensors with `dtype=x.dtype` (the checker uses "
     "float64 and float32 inputs)"
@@ -482,7 +495,7 @@ def _dot_product_attention_cases(candidate: Callable) -> list[Case]:
             result = call_student(candidate, *mine, what=call, arg_names=names, error_hint=hint)
             output, weights = expect_tuple(result, 2, call, ("output", "weights"))
             scores = q @ k.transpose(-2, -1)  # (..., T, Dk) @ (..., Dk, S) -> (..., T, S)
-            expect_close(
+            _expect_close(
                 weights,
                 want_w,
                 "weights",
@@ -515,7 +528,7 @@ def _dot_product_attention_cases(candidate: Callable) -> list[Case]:
                 ],
             )
             w = want_w.detach()
-            expect_close(
+            _expect_close(
                 output,
                 want_out,
                 "output",
@@ -575,7 +588,7 @@ def _masked_mean_pool_cases(candidate: Callable) -> list[Case]:
             keep = mask.to(x.dtype).unsqueeze(-1)  # (B, T) -> (B, T, 1)
             count = keep.sum(dim=1)  # (B, 1) real tokens per sequence
             full = bool(mask.all())
-            expect_close(
+            _expect_close(
                 got,
                 want,
                 "the pooled vectors",

@@ -370,7 +370,17 @@ def test_masked_mean_pool_is_checked_against_the_package_function(monkeypatch):
 
 @pytest.mark.parametrize(
     "returned",
-    [None, "text", (1, 2), torch.zeros(()), torch.zeros(2, 3, 4, 5), torch.zeros(2, 4).long()],
+    [
+        None,
+        "text",
+        (1, 2),
+        torch.zeros(()),
+        torch.zeros(2, 3, 4, 5),
+        torch.zeros(2, 4).long(),
+        torch.zeros(2, 4, device="meta"),
+        (torch.zeros(2, 3, 4, device="meta"), torch.zeros(2, 3, 5, device="meta")),
+        (object(), object()),
+    ],
     ids=repr,
 )
 def test_computed_questions_never_blame_themselves(returned):

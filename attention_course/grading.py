@@ -15,6 +15,11 @@
    reason: not defined (and why: the cell that defines it raised, or timed out, or was
    deleted), the reference imported instead of the student's own code, a check that ran
    over its time limit, a kernel that died.
+4. The table shows, for each task that lost points, the first failing case with its
+   whole message: the first line on the task's row, then the lines that name the
+   mistake ("Likely mistake: ...", "Hint: ...") or the line of code that raised,
+   wrapped under it. ``--json`` gives the same text as the task's ``reason``, and every
+   case's message in the task's ``report``.
 
 The exit status is 0 only when every task passes. ``--json`` prints a JSON document for
 a learning-management system instead of the table.
@@ -26,6 +31,7 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,6 +44,7 @@ DEFAULT_TIMEOUT = 60.0
 CHECK_TIMEOUT = 10.0  # each checker case's own time limit, inside the kernel
 MARKER = "@@attention-course-grade@@"
 KERNEL_NAME = "python3"
+TABLE_WIDTH = 100  # the score table wraps messages to this many characters
 
 # Target names of the checkers, for notebooks without task metadata.
 CHECKER_NAMES = {
@@ -80,7 +87,7 @@ class TaskGrade:
     score: float = 0.0
     fraction: float = 0.0
     passed: bool = False
-    reason: str = ""
+    reason: str = ""  # why points were lost: the first failing case and its whole message
     notes: list[str] = field(default_factory=list)
     report: dict | None = None
 
@@ -119,16 +126,25 @@ class Grade:
             "cell_problems": [asdict(c) for c in self.cells if c.status in ("error", "timeout")],
         }
 
-    def table(self) -> str:
-        """The score table printed by ``attention-course grade``."""
-        rows = [("task", "points", "score", "first failing message")]
+    def table(self, width: int = TABLE_WIDTH) -> str:
+        """The score table printed by ``attention-course grade``.
+
+        The last column holds the first failing case's whole message: its first line on
+        the task's row, the rest (expected vs got, the named mistake or hint) on the
+        lines below, indented under the column and wrapped to ``width`` characters.
+        """
+        rows = [("task", "points", "score", "first failing case and its message")]
         for t in self.tasks:
             rows.append((t.name, f"{t.score:g}/{t.points:g}", f"{t.fraction:.0%}", t.reason))
-        width = [max(len(r[i]) for r in rows) for i in range(3)]
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        indent = " " * (sum(widths) + 6)
         lines = [f"{self.exercise} ({self.notebook})"]
         for row in rows:
-            cells = [row[i].ljust(width[i]) for i in range(3)]
-            lines.append(("  ".join(cells) + "  " + row[3]).rstrip())
+            cells = [row[i].ljust(widths[i]) for i in range(3)]
+            first, *rest = row[3].splitlines() or [""]
+            lines.append(("  ".join(cells) + "  " + first).rstrip())
+            for line in rest:
+                lines.extend(_wrap(line, indent, width))
         lines.append(f"total: {self.score:g}/{self.max_score:g}")
         notes = [f"  {t.name}: {note}" for t in self.tasks for note in t.notes]
         problems = [
@@ -141,6 +157,21 @@ class Grade:
         if problems:
             lines += ["cells that failed:", *problems]
         return "\n".join(lines)
+
+
+def _wrap(line: str, indent: str, width: int) -> list[str]:
+    """``line`` indented by ``indent``, wrapped to ``width`` (its own leading spaces,
+    which align "expected" and "got" rows, are kept)."""
+    body = line.rstrip()
+    lead = body[: len(body) - len(body.lstrip())]
+    wrapped = textwrap.wrap(
+        body.strip(),
+        width=max(40, width - len(indent) - len(lead)),
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    first, *more = wrapped or [""]
+    return [indent + lead + first] + [indent + lead + "  " + part for part in more]
 
 
 # ---------------------------------------------------------------- tasks
@@ -401,9 +432,11 @@ def _fill(
     grade.score = round(grade.points * grade.fraction, 2)
     failing = [r for r in report["results"] if not r["passed"]]
     if failing:
+        # The whole message, not only its first line: the lines below it name the
+        # mistake ("Likely mistake: ...", "Hint: ...") or the line of code that raised.
         first = failing[0]
-        message = (first["message"] or "").strip().splitlines()
-        grade.reason = first["name"] + (f": {message[0]}" if message else "")
+        message = (first["message"] or "").strip()
+        grade.reason = first["name"] + (f": {message}" if message else "")
 
 
 def _why_missing(task: dict, nb: NotebookNode, cell_index: dict, runs: dict[int, CellRun]) -> str:

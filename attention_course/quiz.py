@@ -11,13 +11,33 @@ The student answers by *returning* the answer from a function, so that the stub
     report = check_quiz("02.shapes", predicted_shapes)
 
 :func:`check_quiz` returns the same :class:`~attention_course.checks.Report` as the
-checkers. Fixed answers are stored as salted SHA-256 digests, not in clear, so reading
-this file does not give them away; known wrong answers map to a hint the same way.
+checkers.
+
+How an answer is compared:
+
+1. It is turned into plain Python values first (:func:`plain`): numpy and torch
+   scalars, 0-d arrays and tensors become ``int``/``float``/``bool``; arrays,
+   tensors, lists and ``torch.Size`` become tuples. No library's ``repr`` is ever
+   compared, so ``np.int64(2099712)`` counts as ``2099712``.
+2. The question's :class:`Form` checks that the answer has the expected kind (one
+   letter, a count, a shape, some numbers); only an answer of the wrong kind gets a
+   message that names a type.
+3. Letters, counts and shapes must be exact. Numbers are compared with a tolerance
+   that the task statement states (:class:`Numbers`), so an estimate such as
+   ``(64.01, 0.9999)`` is accepted where the statement says "within 5 %".
+
+Fixed answers, and the known wrong answers that map to a hint, are stored encoded
+(:func:`encode`, XOR with a key derived from the question id, then base64) rather than
+in clear, so that reading this file does not give them away at a glance. It is
+obfuscation, not secrecy: :func:`decode` reverses it. To add a question, store
+``encode(question_id, answer)``.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,65 +45,306 @@ from dataclasses import dataclass, field
 import torch
 
 from .checks import CaseResult, Report
-from .checks._runner import Case, CaseFailed, call_student, run_cases
+from .checks._compare import expect_close, expect_grad, expect_tuple, fmt_shape
+from .checks._runner import Case, CaseFailed, call_student, describe_exception, run_cases
+
+# ---------------------------------------------------------------- plain values
 
 
-def canonical(answer: object) -> str:
-    """A normal form of an answer: shapes and lists become tuples of ints, text is
-    lower-cased and stripped, integral floats become ints."""
+def plain(answer: object) -> object:
+    """``answer`` as plain Python values: no numpy or torch types left.
 
-    def norm(value: object) -> object:
-        if isinstance(value, torch.Tensor) and value.numel() == 1:
-            value = value.item()
-        if isinstance(value, (torch.Size, tuple, list)):
-            return tuple(norm(v) for v in value)
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, float) and math.isfinite(value) and value == int(value):
-            return int(value)
-        if isinstance(value, str):
-            return value.strip().strip("()").strip().lower()
+    0-d and one-element tensors or arrays, and numpy/torch scalars, become ``int``,
+    ``float`` or ``bool``; other tensors, arrays, lists and ``torch.Size`` become tuples
+    (nested for more than one axis). Strings and everything else are returned as they are.
+    """
+    if isinstance(answer, torch.Tensor):
+        answer = answer.detach().cpu()
+        return answer.item() if answer.numel() == 1 else plain(answer.tolist())
+    if type(answer).__module__ == "numpy" and hasattr(answer, "tolist"):
+        # np.generic (np.int64, np.float32, np.bool_) and np.ndarray, without importing numpy
+        size = getattr(answer, "size", 1)
+        return plain(answer.reshape(-1)[0].item() if size == 1 else answer.tolist())
+    if isinstance(answer, (torch.Size, tuple, list)):
+        return tuple(plain(v) for v in answer)
+    return answer
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def show(value: object, limit: int = 80) -> str:
+    """A short, stable text for an answer: ``(2, 4, 9, 7)``, ``"e"``, ``0.9999``."""
+    text = _show(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _show(value: object) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return str(value) if abs(value) < 10**60 else "a very large int"
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:.6g}"
+    if isinstance(value, tuple):
+        inner = ", ".join(_show(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    return f"a {type(value).__name__}"
+
+
+def _kind(value: object) -> str:
+    """What kind of value ``value`` is, in words (for wrong-kind messages)."""
+    if isinstance(value, str):
+        return f"the text {show(value)}"
+    if isinstance(value, bool):
+        return f"the bool {value}"
+    if _is_number(value):
+        return f"the number {show(value)}"
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)}, {show(value)}"
+    return f"a {type(value).__name__}"
+
+
+# ---------------------------------------------------------------- stored answers
+
+
+def _keystream(question_id: str, size: int) -> bytes:
+    stream = b""
+    counter = 0
+    while len(stream) < size:
+        stream += hashlib.sha256(f"attention-course|{question_id}|{counter}".encode()).digest()
+        counter += 1
+    return stream[:size]
+
+
+def encode(question_id: str, answer: object) -> str:
+    """The text stored for ``answer`` to ``question_id`` (reversible by :func:`decode`)."""
+    data = json.dumps(plain(answer), separators=(",", ":")).encode()
+    masked = bytes(a ^ b for a, b in zip(data, _keystream(question_id, len(data))))
+    return base64.urlsafe_b64encode(masked).decode().rstrip("=")
+
+
+def decode(question_id: str, text: str) -> object:
+    """The answer stored as ``text`` by :func:`encode`; lists come back as tuples."""
+    masked = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    data = bytes(a ^ b for a, b in zip(masked, _keystream(question_id, len(masked))))
+    return plain(json.loads(data))
+
+
+# ---------------------------------------------------------------- forms of answers
+
+
+class WrongForm(Exception):
+    """The answer is not of the kind the question asks for; the message says how."""
+
+
+@dataclass(frozen=True)
+class Form:
+    """The kind of answer a fixed question expects: read it, compare it.
+
+    ``read`` returns the answer in a normal form or raises `WrongForm` naming what
+    kind of value came back; ``same`` compares two answers in normal form;
+    ``wrong`` says, without naming a type, that an answer of the right kind is wrong.
+    """
+
+    expects: str
+
+    def read(self, value: object) -> object:
         return value
 
-    return repr(norm(answer))
+    def same(self, got: object, want: object) -> bool:
+        return got == want
+
+    def wrong(self, got: object) -> str:
+        return f"{show(got)} is not the right answer"
 
 
-def digest(question_id: str, answer: object) -> str:
-    """The salted digest stored for an answer to ``question_id``."""
-    text = f"attention-course|{question_id}|{canonical(answer)}"
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
+@dataclass(frozen=True)
+class Letter(Form):
+    """One letter out of ``choices``; case, spaces and brackets are ignored: "(B) " is "b"."""
+
+    choices: str = "abcd"
+
+    def read(self, value: object) -> object:
+        if not isinstance(value, str):
+            raise WrongForm(f"expected {self.expects}, got {_kind(value)}")
+        letter = value.strip().strip("()").strip().rstrip(".").lower()
+        if letter not in self.choices or len(letter) != 1:
+            options = ", ".join(f'"{c}"' for c in self.choices)
+            raise WrongForm(f"{show(value.strip())} is not one of the options {options}")
+        return letter
+
+    def wrong(self, got: object) -> str:
+        return f"{show(got)} is not the right option"
+
+
+def _as_int(value: object) -> int | None:
+    if isinstance(value, bool) or not _is_number(value):
+        return None
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        return None
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Count(Form):
+    """A whole number; an integral float such as ``2099712.0`` counts as that int."""
+
+    def read(self, value: object) -> object:
+        count = _as_int(value)
+        if count is None:
+            raise WrongForm(f"expected {self.expects}, got {_kind(value)}")
+        return count
+
+    def wrong(self, got: object) -> str:
+        return f"{show(got)} is not the right count"
+
+
+@dataclass(frozen=True)
+class Shape(Form):
+    """A tuple of ints (a list or ``torch.Size`` is fine); ``length`` axes if given."""
+
+    length: int | None = None
+
+    def read(self, value: object) -> object:
+        if not isinstance(value, tuple):
+            raise WrongForm(f"expected {self.expects}, got {_kind(value)}")
+        sizes = tuple(_as_int(v) for v in value)
+        if any(s is None for s in sizes):
+            raise WrongForm(f"expected {self.expects}, got {show(value)}: not all ints")
+        if self.length is not None and len(sizes) != self.length:
+            raise WrongForm(
+                f"{show(value)} has {len(sizes)} axes: the question asks for a shape "
+                f"of {self.length}"
+            )
+        return sizes
+
+    def wrong(self, got: object) -> str:
+        return f"{show(got)} is not the right shape"
+
+
+@dataclass(frozen=True)
+class Shapes(Form):
+    """A tuple of ``count`` shapes of ``length`` ints each."""
+
+    count: int = 2
+    length: int | None = None
+
+    def read(self, value: object) -> object:
+        if not isinstance(value, tuple) or len(value) != self.count:
+            raise WrongForm(f"expected {self.expects}, got {_kind(value)}")
+        one = Shape(f"a tuple of {self.length} ints", self.length)
+        shapes = []
+        for i, item in enumerate(value):
+            try:
+                shapes.append(one.read(item))
+            except WrongForm as error:
+                raise WrongForm(f"shape {i + 1} of {self.count}: {error}") from None
+        return tuple(shapes)
+
+    def wrong(self, got: object) -> str:
+        return f"{show(got)} are not the right shapes"
+
+
+@dataclass(frozen=True)
+class Numbers(Form):
+    """A tuple of ``count`` numbers, each within ``rel_tol`` (relative) or ``abs_tol``
+    (absolute) of the exact value. ``tolerance`` says so in words, as the task does."""
+
+    count: int = 1
+    rel_tol: float = 0.0
+    abs_tol: float = 1e-6
+    tolerance: str = "up to float rounding"
+
+    def read(self, value: object) -> object:
+        if not isinstance(value, tuple) or len(value) != self.count:
+            raise WrongForm(f"expected {self.expects}, got {_kind(value)}")
+        if not all(_is_number(v) for v in value):
+            raise WrongForm(f"expected {self.expects}, got {show(value)}: not all numbers")
+        if not all(math.isfinite(v) for v in value):
+            raise WrongForm(f"{show(value)}: every number must be finite")
+        return tuple(float(v) for v in value)
+
+    def close(self, got: float, want: float) -> bool:
+        # a hair of slack, so that 1.05 is "within 5 %" of 1 despite binary floats
+        return abs(got - want) <= (self.rel_tol * abs(want) + self.abs_tol) * (1 + 1e-9)
+
+    def same(self, got: object, want: object) -> bool:
+        return all(self.close(g, w) for g, w in zip(got, want, strict=True))
+
+    def wrong(self, got: object) -> str:
+        return f"{show(got)} is not right (each number is accepted {self.tolerance})"
 
 
 @dataclass(frozen=True)
 class Question:
     """One auto-checked question.
 
-    ``expects`` says in words what the answer function must return. Fixed-answer
-    questions give ``answer`` (a digest) and ``hints`` (digest of a wrong answer -> what
-    that answer shows); computed questions give ``cases``, a function that builds the
-    checker's cases from the student's answer function.
+    Fixed-answer questions give ``form`` (what kind of answer, and how it is compared),
+    ``answer`` (stored with :func:`encode`) and ``hints`` (an encoded wrong answer ->
+    what that answer shows); computed questions give ``cases``, a function that builds
+    the checker's cases from the student's answer function, and say in ``expects`` what
+    the function must be.
     """
 
     id: str
-    expects: str
+    expects: str = ""
+    form: Form | None = None
     answer: str | None = None
     hints: dict[str, str] = field(default_factory=dict)
     cases: Callable[[Callable], list[Case]] | None = None
 
+    def __post_init__(self) -> None:
+        if self.form is not None and not self.expects:
+            object.__setattr__(self, "expects", self.form.expects)
+
 
 def _fixed_cases(question: Question, candidate: Callable) -> list[Case]:
+    form = question.form or Form(question.expects)
+
     def run() -> None:
-        answer = call_student(candidate, what=f"{_name(candidate)}()")
-        if answer is None:
-            raise CaseFailed(f"{_name(candidate)}() returned None: return {question.expects}")
-        key = digest(question.id, answer)
-        if key == question.answer:
+        what = f"{_name(candidate)}()"
+        raw = call_student(candidate, what=what)
+        if raw is None:
+            raise CaseFailed(f"{what} returned None: return {question.expects}")
+        try:
+            verdict(raw)
+        except CaseFailed:
+            raise
+        except Exception as error:  # noqa: BLE001 - an unreadable answer is the answer's fault
+            raise CaseFailed(
+                f"{what} returned a {type(raw).__name__} that cannot be read as "
+                f"{question.expects} ({type(error).__name__}: {error})"
+            ) from None
+
+    def verdict(raw: object) -> None:
+        answer = plain(raw)
+        try:
+            got, problem = form.read(answer), ""
+        except WrongForm as error:
+            got, problem = None, str(error)
+        if got is not None and form.same(got, form.read(decode(question.id, question.answer))):
             return
-        hint = question.hints.get(key)
-        message = f"{canonical(answer)} is not right"
-        raise CaseFailed(message + (f": {hint}" if hint else f" (expected {question.expects})"))
+        for stored, hint in question.hints.items():
+            if _is_known(form, answer, got, decode(question.id, stored)):
+                raise CaseFailed(f"{show(answer if got is None else got)} is not right: {hint}")
+        raise CaseFailed(problem or form.wrong(got))
 
     return [Case("answer", run)]
+
+
+def _is_known(form: Form, answer: object, got: object, known: object) -> bool:
+    """Whether the answer is the known wrong answer ``known``: compared as the form
+    compares when both are of the right kind (so within a tolerance for numbers), and
+    as plain values when neither is (a 3-axis shape for a 4-axis question)."""
+    try:
+        known_read = form.read(known)
+    except WrongForm:
+        return got is None and answer == known
+    return got is not None and form.same(got, known_read)
 
 
 def _name(candidate: object) -> str:
@@ -91,13 +352,27 @@ def _name(candidate: object) -> str:
 
 
 def _as_number(value: object, what: str) -> float:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CaseFailed(f"{what} returned {value!r}: expected a number")
-    if not math.isfinite(value):
-        raise CaseFailed(f"{what} returned {value!r}: expected a finite number")
+    try:
+        value = plain(value)
+    except Exception as error:  # noqa: BLE001 - an unreadable answer is the answer's fault
+        raise CaseFailed(
+            f"{what} returned a {type(value).__name__} that is not a number "
+            f"({type(error).__name__}: {error})"
+        ) from None
+    if not _is_number(value):
+        raise CaseFailed(f"{what} returned {_kind(value)}: expected a number")
+    if isinstance(value, int) and abs(value) > 1e300 or not math.isfinite(value):
+        raise CaseFailed(f"{what} returned {show(value)}: expected a finite number")
     return float(value)
+
+
+def _digits(value: float, bound: float) -> str:
+    """``value`` with enough digits that it does not print as ``bound``: 0.09987, not 0.100."""
+    for places in range(3, 10):
+        text = f"{value:.{places}f}"
+        if value == bound or float(text) != bound:
+            return text
+    return repr(value)
 
 
 # ---------------------------------------------------------------- chapter 1: tune beta
@@ -129,8 +404,8 @@ def _beta_cases(candidate: Callable) -> list[Case]:
             worst = int(diagonal.argmin())
             raise CaseFailed(
                 f"with beta={found['beta']:g} token {worst} keeps only "
-                f"{diagonal[worst].item():.3f} of its weight for itself (needs >= 0.7): "
-                "a larger beta sharpens the weights"
+                f"{_digits(diagonal[worst].item(), 0.7)} of its weight for itself "
+                "(needs >= 0.7): a larger beta sharpens the weights"
             )
         return f"self-weights {[round(v, 3) for v in diagonal.tolist()]}"
 
@@ -138,9 +413,9 @@ def _beta_cases(candidate: Callable) -> list[Case]:
         A = weights()
         if A[0, 1].item() < 0.1:
             raise CaseFailed(
-                f"with beta={found['beta']:g} token 0 gives only {A[0, 1].item():.3f} to its "
-                "near-twin token 1 (needs >= 0.1): beta is so large that attention is almost "
-                "hard; make it smaller"
+                f"with beta={found['beta']:g} token 0 gives only {_digits(A[0, 1].item(), 0.1)} "
+                "to its near-twin token 1 (needs >= 0.1): beta is so large that attention "
+                "is almost hard; make it smaller"
             )
         return f"token 0 -> token 1: {A[0, 1].item():.3f}"
 
@@ -150,56 +425,146 @@ def _beta_cases(candidate: Callable) -> list[Case]:
     ]
 
 
-# ---------------------------------------------------------------- chapter 2: Q, K, V
+# ---------------------------------------------------------------- computed questions
+
+
+def _inputs(*shapes: tuple[int, ...], seed: int, dtype: torch.dtype) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype) for shape in shapes]
+
+
+def _backward(got: torch.Tensor, expected: torch.Tensor, name: str, seed: int) -> None:
+    """Backpropagate the same random upstream gradient through the student's and the
+    reference's ``name``; fail, naming the likely cause, when no graph is attached."""
+    gen = torch.Generator().manual_seed(seed)
+    upstream = torch.randn(expected.shape, generator=gen, dtype=torch.float64)
+    expected.backward(upstream.to(expected.dtype))
+    if not got.requires_grad:
+        raise CaseFailed(
+            f"{name} does not require grad, so no gradient can flow back to the inputs: "
+            "it was computed under `torch.no_grad()` (or through `.detach()`, `.data`, "
+            "`.item()` or `.numpy()`); compute it with tensor operations that autograd follows"
+        )
+    try:
+        got.backward(upstream.to(got.dtype))
+    except Exception as error:  # noqa: BLE001 - a broken graph is the student's, not ours
+        raise CaseFailed(
+            describe_exception(error, f"backpropagating through your {name}")
+        ) from None
+
+
+def _expect_close(got: object, expected: torch.Tensor, name: str, **options) -> None:
+    """`expect_close`, with a student's output that cannot even be compared (a tensor on
+    the ``meta`` device, say) turned into a failed case rather than a checker failure."""
+    try:
+        expect_close(got, expected, name, **options)
+    except CaseFailed:
+        raise
+    except Exception as error:  # noqa: BLE001 - the output is the student's
+        raise CaseFailed(
+            f"{name}: cannot be compared with the expected values ({type(error).__name__}: {error})"
+        ) from None
+
+
+DTYPE_HINT = (
+    "keep the inputs' dtype: build new tensors with `dtype=x.dtype` (the checker uses "
+    "float64 and float32 inputs)"
+)
 
 
 def _dot_product_attention_cases(candidate: Callable) -> list[Case]:
     from .attention import scaled_dot_product_attention
 
-    def compare(shape_q, shape_k, shape_v, what: str) -> Callable[[], None]:
+    def run_with(
+        shapes: tuple[tuple[int, ...], ...], seed: int, dtype=torch.float64, grad: bool = False
+    ) -> Callable[[], None]:
         def run() -> None:
-            gen = torch.Generator().manual_seed(len(what))
-            q = torch.randn(*shape_q, generator=gen, dtype=torch.float64)
-            k = torch.randn(*shape_k, generator=gen, dtype=torch.float64)
-            v = torch.randn(*shape_v, generator=gen, dtype=torch.float64)
-            shapes = f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}"
-            call = f"dot_product_attention({shapes})"
-            result = call_student(
-                candidate, q, k, v, what=call, arg_names=("query", "key", "value")
-            )
-            if not isinstance(result, tuple) or len(result) != 2:
-                raise CaseFailed(f"{call} should return a pair (output, weights)")
-            output, weights = result
-            want_out, want_w = scaled_dot_product_attention(q, k, v, scale=1.0)
-            for name, got, want in (("weights", weights, want_w), ("output", output, want_out)):
-                if not isinstance(got, torch.Tensor):
-                    raise CaseFailed(f"{name} is a {type(got).__name__}, expected a tensor")
-                if got.shape != want.shape:
-                    raise CaseFailed(
-                        f"{name} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
-                    )
-            if not torch.allclose(weights, want_w, atol=1e-6):
-                scaled = scaled_dot_product_attention(q, k, v)[1]
-                if torch.allclose(weights, scaled, atol=1e-6):
-                    raise CaseFailed(
+            q, k, v = _inputs(*shapes, seed=seed, dtype=dtype)
+            mine = [t.clone().requires_grad_(grad) for t in (q, k, v)]
+            theirs = [t.clone().requires_grad_(grad) for t in (q, k, v)]
+            want_out, want_w = scaled_dot_product_attention(*theirs, scale=1.0)
+            names = ("query", "key", "value")
+            shown = ", ".join(f"{n} {fmt_shape(t.shape)}" for n, t in zip(names, (q, k, v)))
+            call = f"dot_product_attention({shown})"
+            hint = None
+            if q.dim() > 2:
+                hint = (
+                    "with batch axes, transpose only the last two axes of the keys, "
+                    "`query @ key.transpose(-2, -1)`: `key.T` reverses every axis"
+                )
+            result = call_student(candidate, *mine, what=call, arg_names=names, error_hint=hint)
+            output, weights = expect_tuple(result, 2, call, ("output", "weights"))
+            scores = q @ k.transpose(-2, -1)  # (..., T, Dk) @ (..., Dk, S) -> (..., T, S)
+            _expect_close(
+                weights,
+                want_w,
+                "weights",
+                dtype_hint=DTYPE_HINT,
+                mistakes=[
+                    (
+                        "you returned (weights, output): return (output, weights), in that order",
+                        lambda: want_out,
+                    ),
+                    (
                         "your weights are scaled by 1/sqrt(d_k): that is chapter 4's "
-                        "attention; here the scores are the plain dot products q . k"
-                    )
-                if torch.allclose(weights.sum(-2), torch.ones_like(weights.sum(-2))):
-                    raise CaseFailed(
-                        "your weights sum to 1 over the queries, not over the keys: "
-                        "take the softmax over the last axis"
-                    )
-                raise CaseFailed("weights differ from softmax(query @ key^T) over the keys")
-            if not torch.allclose(output, want_out, atol=1e-6):
-                raise CaseFailed("output differs from weights @ value")
+                        "attention; here the scores are the plain dot products q . k",
+                        lambda: scaled_dot_product_attention(q, k, v)[1],
+                    ),
+                    (
+                        "softmax over the wrong axis: your weights sum to 1 over the queries "
+                        "(dim=-2); take the softmax over the last axis, the keys",
+                        lambda: torch.softmax(scores, dim=-2),
+                    ),
+                    (
+                        "no softmax: your weights are the raw scores q . k; a softmax over "
+                        "the keys turns them into weights that sum to 1",
+                        lambda: scores,
+                    ),
+                    (
+                        "transposed keys: you computed key @ query^T, one row per key; the "
+                        "scores are query @ key^T, one row per query",
+                        lambda: torch.softmax(k @ q.transpose(-2, -1), dim=-1),
+                    ),
+                ],
+            )
+            w = want_w.detach()
+            _expect_close(
+                output,
+                want_out,
+                "output",
+                dtype_hint=DTYPE_HINT,
+                mistakes=[
+                    (
+                        "the output averages the scores' rows, not the weights': "
+                        "output = weights @ value",
+                        lambda: scores @ v,
+                    ),
+                    (
+                        "you averaged the keys, not the values: output = weights @ value",
+                        lambda: w @ k,
+                    ),
+                    ("you returned the queries unchanged: output = weights @ value", lambda: q),
+                ],
+            )
+            if grad:
+                _backward(output, want_out, "output", seed + 1)
+                for name, a, b in zip(("`query`", "`key`", "`value`"), mine, theirs):
+                    expect_grad(a.grad, b.grad, name)
 
         return run
 
     return [
-        Case("one query set, T == S", compare((4, 3), (4, 3), (4, 3), "square")),
-        Case("batched, T != S, Dk != Dv", compare((2, 3, 4), (2, 5, 4), (2, 5, 6), "batched")),
-        Case("two batch axes", compare((2, 2, 1, 4), (2, 2, 5, 4), (2, 2, 5, 3), "two axes")),
+        Case("one query set (no batch axis), T == S", run_with(((4, 3), (4, 3), (4, 3)), 1)),
+        Case("batched, T != S, Dk != Dv", run_with(((2, 3, 4), (2, 5, 4), (2, 5, 6)), 2)),
+        Case("two batch axes, T = 1", run_with(((2, 2, 1, 4), (2, 2, 5, 4), (2, 2, 5, 3)), 3)),
+        Case(
+            "float32 inputs give float32 results",
+            run_with(((2, 3, 4), (2, 5, 4), (2, 5, 3)), 4, dtype=torch.float32),
+        ),
+        Case(
+            "gradients flow to query, key and value",
+            run_with(((2, 3, 4), (2, 5, 4), (2, 5, 6)), 5, grad=True),
+        ),
     ]
 
 
@@ -207,38 +572,72 @@ def _dot_product_attention_cases(candidate: Callable) -> list[Case]:
 
 
 def _masked_mean_pool_cases(candidate: Callable) -> list[Case]:
-    def reference(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        weights = mask.to(x.dtype).unsqueeze(-1)  # (B, T) -> (B, T, 1)
-        return (x * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+    from .classifier import masked_mean_pool
+    from .masking import padding_mask
 
-    def run_with(lengths: list[int], T: int, seed: int) -> Callable[[], str]:
+    def run_with(
+        lengths: list[int], T: int, seed: int, dtype=torch.float64, grad: bool = False
+    ) -> Callable[[], str]:
         def run() -> str:
-            gen = torch.Generator().manual_seed(seed)
-            x = torch.randn(len(lengths), T, 4, generator=gen, dtype=torch.float64)
-            mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]
-            call = f"masked_mean_pool(x {tuple(x.shape)}, mask {tuple(mask.shape)})"
-            got = call_student(candidate, x, mask, what=call, arg_names=("x", "mask"))
-            want = reference(x, mask)
-            if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-                shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-                raise CaseFailed(f"{call} returned {shape}, expected shape {tuple(want.shape)}")
-            if bool(torch.isnan(got).any()):
-                raise CaseFailed(
-                    "NaN in the output: a sequence with no real token divides 0 by 0; "
-                    "clamp the count to at least 1"
-                )
-            if not torch.allclose(got, want, atol=1e-6):
-                if torch.allclose(got, x.mean(1), atol=1e-6):
-                    raise CaseFailed(
-                        "you averaged over every position, padding included: multiply by "
-                        "the mask and divide by the number of real tokens"
-                    )
-                if torch.allclose(got, (x * mask[..., None]).sum(1) / T, atol=1e-6):
-                    raise CaseFailed(
+            (x,) = _inputs((len(lengths), T, 4), seed=seed, dtype=dtype)
+            mask = padding_mask(torch.tensor(lengths), max_len=T)  # (B, T), True at real tokens
+            mine, theirs = x.clone().requires_grad_(grad), x.clone().requires_grad_(grad)
+            want = masked_mean_pool(theirs, mask)
+            call = f"masked_mean_pool(x {fmt_shape(x.shape)}, mask {fmt_shape(mask.shape)})"
+            got = call_student(candidate, mine, mask, what=call, arg_names=("x", "mask"))
+            keep = mask.to(x.dtype).unsqueeze(-1)  # (B, T) -> (B, T, 1)
+            count = keep.sum(dim=1)  # (B, 1) real tokens per sequence
+            full = bool(mask.all())
+            _expect_close(
+                got,
+                want,
+                "the pooled vectors",
+                dtype_hint=DTYPE_HINT,
+                mistakes=[
+                    (
+                        "you averaged over every position, padding included (`x.mean(dim=1)`): "
+                        "multiply by the mask and divide by the number of real tokens",
+                        lambda: x.mean(dim=1),
+                    ),
+                    (
                         "you zeroed the padding but divided by T: divide by the number of "
-                        "real tokens in each sequence"
-                    )
-                raise CaseFailed("the pooled vectors differ from the mean over real tokens")
+                        "real tokens in each sequence",
+                        lambda: (x * keep).sum(dim=1) / T,
+                    ),
+                    (
+                        "you divided by the number of real tokens but summed the padding "
+                        "too: multiply x by the mask before summing",
+                        lambda: x.sum(dim=1) / count.clamp(min=1.0),
+                    ),
+                    (
+                        "you summed the real tokens but did not divide by their number",
+                        lambda: (x * keep).sum(dim=1),
+                    ),
+                    (
+                        "a sequence with no real token divides 0 by 0: clamp the count to "
+                        "at least 1, so that it gives zeros",
+                        lambda: (x * keep).sum(dim=1) / count,
+                    ),
+                    (
+                        "your mask is inverted: True marks the real tokens, so average where "
+                        "the mask is True"
+                        + (" (here every token is real, and you returned zeros)" if full else ""),
+                        lambda: masked_mean_pool(x, ~mask),
+                    ),
+                    (
+                        "`keepdim=True` left a time axis of size 1: return (B, D)",
+                        lambda: want.detach().unsqueeze(1),
+                    ),
+                    (
+                        "you averaged over the features (the last axis); average over the "
+                        "tokens, dim=1",
+                        lambda: x.mean(dim=-1),
+                    ),
+                ],
+            )
+            if grad:
+                _backward(got, want, "pooled output", seed + 1)
+                expect_grad(mine.grad, theirs.grad, "`x`")
             return ""
 
         return run
@@ -247,6 +646,9 @@ def _masked_mean_pool_cases(candidate: Callable) -> list[Case]:
         Case("no padding", run_with([5, 5], 5, 1)),
         Case("different lengths", run_with([5, 2, 3], 5, 2)),
         Case("a sequence with no real token gives zeros", run_with([3, 0], 4, 3)),
+        Case("one sequence of one token", run_with([1], 1, 4)),
+        Case("float32 x gives a float32 result", run_with([4, 1, 3], 4, 5, dtype=torch.float32)),
+        Case("gradient flows to x (and not to padding)", run_with([4, 2], 4, 6, grad=True)),
     ]
 
 
@@ -270,142 +672,138 @@ _add(
 _add(
     Question(
         "02.shapes",
-        "a pair of shapes: (weights shape, output shape)",
-        answer="b4620811866d7955bda9",
+        form=Shapes("a pair of shapes: (weights shape, output shape)", count=2, length=3),
+        answer="Kkbpem9EUeSvDkFjPO34pf8",
         hints={
-            "0fc638ce7d51f5dbdf1a": (
+            "KkbpemlEV-SvDkFjPO34pf8": (
                 "the weights have one row per query (T = 3) and one column per key (S = 5)"
             ),
-            "622d6e27afa0746a0852": (
+            "Kkbpem9EUeSvDkFjPO36pf8": (
                 "the output averages the values, so its last axis is Dv = 6, not Dk = 4"
             ),
-            "5748af09e4a56af2df32": "the output has one row per query (T = 3), not per key",
+            "Kkbpem9EUeSvDkFjOu34pf8": "the output has one row per query (T = 3), not per key",
         },
     )
 )
 _add(
     Question(
         "02.projections",
-        'one letter, "a" to "d"',
-        answer="a0189bd3fe8fb016f850",
+        form=Letter('one letter, "a" to "d"'),
+        answer="6wRL",
         hints={
-            "e2bf767b05a84c35b0b5": (
+            "6wdL": (
                 "a larger beta sharpens the same ranking: each token's top score is still itself"
             ),
-            "3913813a7ef56ed08718": (
-                "dividing every score by the same positive number keeps their ranking"
-            ),
-            "1d7dafd1de1fcf688065": "the values change what is averaged, not where the weights go",
+            "6wVL": ("dividing every score by the same positive number keeps their ranking"),
+            "6wJL": "the values change what is averaged, not where the weights go",
         },
     )
 )
 _add(
     Question(
         "03.hidden_shape",
-        "a shape (a tuple of four ints)",
-        answer="db0a8cd198bddd34d37e",
+        form=Shape("a shape (a tuple of four ints)", length=4),
+        answer="7BQpgUdnXmmS",
         hints={
-            "24678da561606cf47674": "queries index the rows (T = 3) and keys the columns (S = 5)",
-            "7b55e04ee50d6e009e00": (
+            "7BQph0dhXmmS": "queries index the rows (T = 3) and keys the columns (S = 5)",
+            "7BQpgUdnLw": (
                 "that is the shape of the scores after `v`; the question asks for the "
                 "tanh features before `v`"
             ),
-            "07f179091206a312bcf8": (
+            "7BQpgUdqLw": (
                 "the features are computed for every query-key pair, not once per query"
             ),
-            "bd98b7b3cb070f162b05": "W and U map to the hidden width 8 before they are added",
+            "7BQpgUdnXmWS": "W and U map to the hidden width 8 before they are added",
         },
     )
 )
 _add(
     Question(
         "04.which_bug",
-        'one letter, "a" to "d"',
-        answer="470cc1156588e2de671c",
+        form=Letter('one letter, "a" to "d"'),
+        answer="icXu",
         hints={
-            "b5105bebc79db4f627f1": (
-                "dividing by sqrt(d_k) is right: print the weights' row sums instead"
-            ),
-            "88987d89d04066936dec": "`weights @ value` is right once the weights are right",
-            "0731c5b7894f1faf74e1": "print `weights.sum(-1)`: each query's weights should sum to 1",
+            "icbu": ("dividing by sqrt(d_k) is right: print the weights' row sums instead"),
+            "icTu": "`weights @ value` is right once the weights are right",
+            "icPu": "print `weights.sum(-1)`: each query's weights should sum to 1",
         },
     )
 )
 _add(
     Question(
         "04.variances",
-        "a pair of numbers (variance before, variance after scaling)",
-        answer="d4b862b91e00c6ee1ee6",
+        form=Numbers(
+            "a pair of numbers (variance before, variance after scaling)",
+            count=2,
+            rel_tol=0.05,
+            abs_tol=0.0,
+            tolerance="within 5 % of the exact value",
+        ),
+        answer="efyzSRfW",
         hints={
-            "183477aac1725d5f640a": (
-                "8 is the standard deviation of q . k; its variance is d_k = 64"
-            ),
-            "cab609f72a3eb2d322a1": "dividing by sqrt(64) = 8 divides the variance by 64, not by 8",
-            "38acb6b1e7fe40fb38a9": (
+            "efKrVHs": ("8 is the standard deviation of q . k; its variance is d_k = 64"),
+            "efyzSR7W": "dividing by sqrt(64) = 8 divides the variance by 64, not by 8",
+            "efurVHs": (
                 "before scaling, the variance of a sum of d_k unit-variance products is d_k"
             ),
-            "0b4317bd7f3077ac03eb": "dividing by sqrt(d_k) divides the variance by d_k",
+            "efKrVQi6ZkoG": "dividing by sqrt(d_k) divides the variance by d_k",
         },
     )
 )
 _add(
     Question(
         "05.combined_mask_shape",
-        "a shape (a tuple of ints)",
-        answer="9f44504201a5576ced7f",
+        form=Shape("a shape (a tuple of ints)"),
+        answer="xTSqzYzJITvI",
         hints={
-            "387b7f7c692f5ef0217c": "`&` broadcasts: the causal mask (5, 5) fills the query axis",
-            "6d4dad93acd6afe7dca6": "the two `None` axes stay in the result: count the axes",
-            "0670129a3abcb3922bf1": "the causal mask adds a query axis: one row per query",
-            "86ecf74e12a860d6bbc0": "the padding mask keeps its batch axis of 3",
+            "xTSqzYzNITvI": "`&` broadcasts: the causal mask (5, 5) fills the query axis",
+            "xTSqyYzJUA": "the two `None` axes stay in the result: count the axes",
+            "xTSqyf0": "the causal mask adds a query axis: one row per query",
+            "xTKqyf0": "the padding mask keeps its batch axis of 3",
         },
     )
 )
 _add(
     Question(
         "06.parameter_count",
-        "an int",
-        answer="9a5b16221c3593cb2603",
+        form=Count("an int"),
+        answer="cLMJWWA",
         hints={
-            "7e8af3614d116f6281de": "each of the four projections also has a bias of 64 numbers",
-            "b14fe3e36ef7eb7b0c90": (
+            "cLMMVWQ": "each of the four projections also has a bias of 64 numbers",
+            "cLYMXGJ1": (
                 "the heads share the four D x D projections: splitting into heads adds "
                 "no parameters"
             ),
-            "55bf5015c74906083dec": (
+            "c7UHXQ": (
                 "each head is 8 wide, but every projection still maps all 64 features to 64"
             ),
-            "49f81bf676dbc224df63": (
-                "there are four projections: w_q, w_k, w_v and the output projection w_o"
-            ),
+            "cLcLVWA": ("there are four projections: w_q, w_k, w_v and the output projection w_o"),
         },
     )
 )
 _add(
     Question(
         "07.layer_norm_axes",
-        'one letter, "a" to "d"',
-        answer="6270f4a89ee912af8d92",
+        form=Letter('one letter, "a" to "d"'),
+        answer="Qoua",
         hints={
-            "a27a6859731048782f9e": (
+            "Qoia": (
                 "one mean per feature over all tokens in the batch is what BatchNorm computes"
             ),
-            "99a4ecc2caf3b4c3da55": (
-                "that would be LayerNorm((T, D)); LayerNorm(D) normalises the last axis only"
-            ),
-            "3602bb8a4ff62ab7ae9e": "LayerNorm never mixes statistics across the batch",
+            "Qoma": ("that would be LayerNorm((T, D)); LayerNorm(D) normalises the last axis only"),
+            "Qo6a": "LayerNorm never mixes statistics across the batch",
         },
     )
 )
 _add(
     Question(
         "08.parameter_count",
-        "an int",
-        answer="94178ee0ba20cc2817ca",
+        form=Count("an int"),
+        answer="iEaA4EtDMg",
         hints={
-            "8c1286ff8881a562c3a9": "linear1 and linear2 each have a bias (2048 and 512 numbers)",
-            "aa188adebc57dca2b943": "there are two linear layers, 512 -> 2048 and 2048 -> 512",
-            "03a69f41b1db393fb308": (
+            "iEaA7k1HMg": "linear1 and linear2 each have a bias (2048 and 512 numbers)",
+            "i0aM6U1DMg": "there are two linear layers, 512 -> 2048 and 2048 -> 512",
+            "i0aN4ExKOA": (
                 "there are two linear layers, 512 -> 2048 and 2048 -> 512, each with a bias"
             ),
         },
@@ -414,14 +812,14 @@ _add(
 _add(
     Question(
         "08.swap_positions",
-        'one letter, "a" to "d"',
-        answer="5d1ec352aa4f1df70fc8",
+        form=Letter('one letter, "a" to "d"'),
+        answer="2097",
         hints={
-            "98178692364c3569ece3": (
+            "20x7": (
                 "the network is applied to each position on its own: other rows cannot see the swap"
             ),
-            "1a172034edbde74a0768": "the output rows follow their input rows: two of them move",
-            "fec850d37bf267b5a647": (
+            "2017": "the output rows follow their input rows: two of them move",
+            "20p7": (
                 "each row's output depends only on that row's input, which did not "
                 "change; it only moved"
             ),
@@ -431,65 +829,57 @@ _add(
 _add(
     Question(
         "09.position_zero",
-        "a tuple of six numbers",
-        answer="2e3aa23a0197e19eb82b",
+        form=Numbers("a tuple of six numbers", count=6),
+        answer="yTXWjH6qAxUgnKD3aA",
         hints={
-            "6affd2301529fecc1d28": (
+            "yTTWjX6rAxQgnaD2aA": (
                 "sin goes to the even features and sin(0) = 0; cos(0) = 1 goes to the odd ones"
             ),
-            "2d6e36b6143ce2bd3f22": "the odd features hold cos(0) = 1",
-            "5883009f9360ed380b00": "the even features hold sin(0) = 0",
+            "yTXWjX6qAxQgnKD2aA": "the odd features hold cos(0) = 1",
+            "yTTWjH6rAxUgnaD3aA": "the even features hold sin(0) = 0",
         },
     )
 )
 _add(
     Question(
         "09.reverse_order",
-        'one letter, "a" to "d"',
-        answer="e1cd51dcc7f5c057f9c0",
+        form=Letter('one letter, "a" to "d"'),
+        answer="k8I4",
         hints={
-            "89f407985dbb0d833b25": (
-                "each output row still belongs to its own token, and the tokens moved"
-            ),
-            "62ded46399032957343d": (
+            "k8E4": ("each output row still belongs to its own token, and the tokens moved"),
+            "k8A4": (
                 "without positions, attention sees a set: the same tokens give the same"
                 " outputs, reordered"
             ),
-            "1615efe1f88db457058e": (
-                "without positions, nothing in the layer knows which token came first"
-            ),
+            "k8c4": ("without positions, nothing in the layer knows which token came first"),
         },
     )
 )
 _add(
     Question(
         "10.cross_attention_shape",
-        "a shape (a tuple of four ints)",
-        answer="bf223605910ffd06919e",
+        form=Shape("a shape (a tuple of four ints)", length=4),
+        answer="myfGm4Pt87Ac",
         hints={
-            "e723045530e62823463c": (
-                "queries come from the decoder (7 of them), keys from the memory (9)"
-            ),
-            "c3f44f7b3935887eea4d": "that is the shape of the decoder's self-attention weights",
-            "448ca65bc09333063719": "there is one set of weights per head: (B, H, T, S)",
-            "931527e5ce3ea6c46e7d": (
-                "the queries come from the decoder stream, not from the encoder"
-            ),
+            "myfGm4Pj874c": ("queries come from the decoder (7 of them), keys from the memory (9)"),
+            "myfGm4Pt874c": "that is the shape of the decoder's self-attention weights",
+            "myfGmIPjgg": "there is one set of weights per head: (B, H, T, S)",
+            "myfGm4Pj87Ac": ("the queries come from the decoder stream, not from the encoder"),
         },
     )
 )
 _add(
     Question(
         "11.padding_bug",
-        'one letter, "a" to "d"',
-        answer="c210d54911afbdd0a449",
+        form=Letter('one letter, "a" to "d"'),
+        answer="9OLg",
         hints={
-            "c01bacab9622511c839e": (
+            "9OHg": (
                 "the mask stops tokens from attending to padding, but the padding "
                 "positions still get outputs, and `.mean(dim=1)` averages them in"
             ),
-            "c265996fb4c05d59769e": "it trains; the gradients are just polluted by the padding",
-            "b0657ea681e15c8c505e": (
+            "9ODg": "it trains; the gradients are just polluted by the padding",
+            "9Ofg": (
                 "the longest sentence has no padding, so its mean is the only one that is right"
             ),
         },

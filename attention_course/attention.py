@@ -91,8 +91,11 @@ def hard_argmax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     ``||alpha||_0 = 1``: exactly one weight is 1, the rest are 0 (ties go to the
     first maximum, like ``torch.argmax``). Equals
     ``F.one_hot(scores.argmax(dim), n)`` moved to ``dim``, in the dtype of
-    ``scores``. Its gradient with respect to ``scores`` is zero everywhere:
-    this is why hard attention cannot be trained by backpropagation.
+    ``scores``. Its gradient with respect to ``scores`` is *defined* as zero
+    (the true gradient is zero wherever it exists: the one-hot vector is
+    piecewise constant in ``scores`` and jumps where the argmax changes). Hard
+    attention is therefore not trained by plain backpropagation, only with
+    estimators such as REINFORCE or straight-through.
 
     Shapes:
         scores: any shape ``(...)``; returns the same shape and dtype.

@@ -158,7 +158,13 @@ def call_student(
     try:
         result = fn(*args, **kwargs)
     except NotImplementedError as error:
-        raise NotImplementedYet(str(error)) from None
+        if "meta tensor" not in str(error):  # PyTorch raises it for data on the meta device
+            raise NotImplementedYet(str(error)) from None
+        raise CaseFailed(
+            describe_exception(error, what)
+            + "\nHint: a tensor on the 'meta' device has no data: create the result on the "
+            "requested `device` and do not move it (no `.cpu()`, `.item()` or `.tolist()`)."
+        ) from None
     except _TimedOut:
         raise
     except BaseException as error:  # noqa: BLE001 - any student exception becomes a failed case

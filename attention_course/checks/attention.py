@@ -491,7 +491,6 @@ def _sdpa_grad(candidate):
     return run
 
 
-
 _SDPA_DROPOUT_WHERE = (
     "on the weights, after the softmax: weights = F.dropout(weights, p=dropout_p, "
     "training=True); output = weights @ value"
@@ -592,7 +591,11 @@ def check_scaled_dot_product_attention(candidate, *, timeout: float = 10.0) -> R
     fully_masked = random_bool(B, T, S, seed=38)
     fully_masked[0, 1] = False
     float_mask = torch.zeros(T, S, dtype=torch.float64).masked_fill(~causal_like, float("-inf"))
-    big_q, big_k, big_v = randn(4, 16, 8, seed=46), randn(4, 16, 8, seed=47), randn(4, 16, 5, seed=48)
+    big_q, big_k, big_v = (
+        randn(4, 16, 8, seed=46),
+        randn(4, 16, 8, seed=47),
+        randn(4, 16, 5, seed=48),
+    )
     big_mask = random_bool(4, 16, 16, seed=49)
     cases = [
         Case("3-D inputs, T != S, d_k != d_v", _sdpa_case(candidate, q3, k3, v3)),

@@ -80,7 +80,6 @@ def _ffn_case(candidate, init: dict, x: torch.Tensor, grad: bool = False, train:
     return run
 
 
-
 def _ffn_dropout_case(candidate, init: dict, x: torch.Tensor):
     """Training mode with dropout, checked by its properties: the input of linear2 is the
     clean hidden activation, dropped out and rescaled; nothing happens after linear2."""
@@ -133,9 +132,7 @@ def _ffn_dropout_case(candidate, init: dict, x: torch.Tensor):
             got,
             expected,
             "the output (linear2 of your dropped-out hidden activations)",
-            hints=[
-                lambda _: "nothing may happen after linear2: no second dropout, no activation"
-            ],
+            hints=[lambda _: "nothing may happen after linear2: no second dropout, no activation"],
         )
 
     return run

@@ -158,9 +158,7 @@ _LIST_HINT = (
 )
 
 
-def _padding_case(
-    candidate, lengths: list[int], max_len: int | None = None, as_list: bool = False
-):
+def _padding_case(candidate, lengths: list[int], max_len: int | None = None, as_list: bool = False):
     def run():
         lengths_t = torch.tensor(lengths)
         expected = ref.padding_mask(lengths_t, max_len)

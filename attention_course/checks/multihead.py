@@ -313,7 +313,6 @@ def _mha_grad(candidate):
     return run
 
 
-
 _MHA_DROPOUT_WHERE = (
     "on the attention weights, inside the attention: "
     "scaled_dot_product_attention(q, k, v, mask, dropout_p=self.dropout if self.training "
@@ -353,7 +352,12 @@ def _mha_dropout_case(candidate, init: dict):
                 "(return the weights the output was computed with)"
             )
         expect_dropout_of(
-            got_w, clean_w, p, "weights", ignored="dropout is never applied", where=_MHA_DROPOUT_WHERE
+            got_w,
+            clean_w,
+            p,
+            "weights",
+            ignored="dropout is never applied",
+            where=_MHA_DROPOUT_WHERE,
         )
         with torch.no_grad():
             v = ref.split_heads(reference.w_v(value), reference.num_heads)  # (B, H, S, Dh)

@@ -113,13 +113,9 @@ def check_sinusoidal_positional_encoding(candidate, *, timeout: float = 10.0) ->
         return single_failure(target, "is a function", problem)
     cases = [
         Case("max_len=10, d_model=16", _pe_case(candidate, 10, 16), covers=frozenset({"even"})),
-        Case(
-            "max_len=1, d_model=4 (position 0 only)", _pe_case(candidate, 1, 4), weight=TRIVIAL
-        ),
+        Case("max_len=1, d_model=4 (position 0 only)", _pe_case(candidate, 1, 4), weight=TRIVIAL),
         Case("max_len=50, d_model=6", _pe_case(candidate, 50, 6), covers=frozenset({"even"})),
-        Case(
-            "max_len=7, d_model=2 (one sin/cos pair)", _pe_case(candidate, 7, 2), weight=TRIVIAL
-        ),
+        Case("max_len=7, d_model=2 (one sin/cos pair)", _pe_case(candidate, 7, 2), weight=TRIVIAL),
         Case("max_len=20, d_model=32", _pe_case(candidate, 20, 32), covers=frozenset({"even"})),
         Case(
             "odd width: max_len=12, d_model=5 (3 sine, 2 cosine columns)",

@@ -172,7 +172,6 @@ def sdpa_large_negative_fill(query, key, value, mask=None, dropout_p=0.0, scale=
     return weights @ value, weights
 
 
-
 def _correct_weights(query, key, value, mask, scale):
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     return _safe_softmax(_masked(query @ key.transpose(-2, -1) * scale, mask))
@@ -205,6 +204,7 @@ def sdpa_dropout_keep_probability(query, key, value, mask=None, dropout_p=0.0, s
     if dropout_p > 0:
         weights = torch.nn.functional.dropout(weights, p=1 - dropout_p, training=True)
     return weights @ value, weights
+
 
 # ---------------------------------------------------------------- additive attention
 

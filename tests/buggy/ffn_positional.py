@@ -63,7 +63,6 @@ class FFNSequential(nn.Module):
         return self.net(x)
 
 
-
 class FFNDropoutAfterLinear2(_FFNBase):
     """Puts dropout after linear2 (on the output) instead of on the hidden activations."""
 
@@ -136,7 +135,6 @@ def pe_float64(max_len, d_model):
     return pe
 
 
-
 def pe_literal_hint(max_len, d_model):
     """Follows the hint literally: pe[:, 1::2] = cos(angle) with ceil(d/2) angles crashes on
     an odd d_model."""
@@ -157,6 +155,7 @@ def pe_odd_width_plus_one(max_len, d_model):
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle)
     return pe[:, :d_model]
+
 
 CATALOGUE = [
     ("positionwise_feed_forward", "no activation", FFNNoActivation, "activation is missing"),

@@ -49,7 +49,6 @@ def padding_mask_loop_floats(lengths, max_len=None):
     return mask
 
 
-
 def causal_mask_ignores_device(size, device=None):
     """Builds the mask on the default device, whatever `device` says."""
     return torch.ones(size, size, dtype=torch.bool).tril()
@@ -64,6 +63,7 @@ def padding_mask_tensor_only(lengths, max_len=None):
     """Uses tensor methods on `lengths` directly: crashes on a list of ints."""
     max_len = int(lengths.max()) if max_len is None else max_len
     return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+
 
 CATALOGUE = [
     ("causal_mask", "diagonal excluded", causal_mask_no_diagonal, "diagonal is excluded"),

@@ -145,7 +145,6 @@ class MHAOneBigLinear(nn.Module):
         raise RuntimeError("never reached: the weights cannot be loaded")
 
 
-
 class MHANeverDropout(_MHABase):
     """Stores `dropout` but never applies it, not even in training mode."""
 
@@ -156,6 +155,7 @@ class MHADropoutOnOutput(_MHABase):
     def forward(self, query, key, value, mask=None, need_weights=True):
         output, weights = super().forward(query, key, value, mask, need_weights)
         return nn.functional.dropout(output, self.dropout, self.training), weights
+
 
 CATALOGUE = [
     ("split_heads", "no transpose", split_heads_no_transpose, "without the transpose"),

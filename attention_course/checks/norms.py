@@ -228,8 +228,8 @@ def _bn_error_hint(three_d: bool):
     def hint(error_text: str) -> str | None:
         if not three_d:
             return None
-        if "must match the size" in error_text:
-            return _BN_BROADCAST
+        if "must match the size" in error_text and "dimension 2" in error_text:
+            return _BN_BROADCAST  # x (B, C, L) met a (C,) tensor: L against C on the last axis
         return _BN_3D_DIMS
 
     return hint

@@ -65,13 +65,21 @@ def _run_recorded(student, names, args, kwargs, what: str) -> tuple[object, dict
     return got, store
 
 
-def _recorded(store: dict, key: str) -> torch.Tensor:
+def _recorded(store: dict, key: str, shape) -> torch.Tensor:
+    """The recorded input or output ``key`` (e.g. ``"norm1.in"``), which must have the
+    stream's shape (B, T, D)."""
     value = store.get(key)
+    module, side = key.split(".")
     if not isinstance(value, torch.Tensor):
-        module = key.split(".")[0]
         raise CaseFailed(
             f"your forward never calls self.{module} (or it does not return a tensor): "
             "use the layer's own submodules"
+        )
+    if tuple(value.shape) != tuple(shape):
+        what = "input" if side == "in" else "output"
+        raise CaseFailed(
+            f"the {what} of self.{module} has shape {fmt_shape(value.shape)}, expected the "
+            f"stream's shape {fmt_shape(shape)}"
         )
     return value.detach()
 
@@ -102,13 +110,14 @@ def _sublayer_drops(student, name: str, call) -> bool:
     """Whether the student's sublayer ``name`` gives another result in training mode than
     in eval mode on the same input (it was built with dropout > 0)."""
     sub = getattr(student, name)
+    what = f"self.{name}(...)"
     with torch.no_grad():
-        trained = call(sub)
-        sub.eval()
+        trained = call_student(lambda: call(sub), what=f"{what} in training mode")
+        call_student(sub.eval, what=f"{what}.eval()")
         try:
-            evaluated = call(sub)
+            evaluated = call_student(lambda: call(sub), what=f"{what} in eval mode")
         finally:
-            sub.train()
+            call_student(sub.train, what=f"{what}.train()")
     if isinstance(trained, (tuple, list)):
         trained, evaluated = trained[0], evaluated[0]
     return not (isinstance(trained, torch.Tensor) and is_unchanged(trained, evaluated))
@@ -270,19 +279,19 @@ def _encoder_dropout_case(candidate, init: dict, x, mask=None):
             "layer(x" + (", mask)" if mask is not None else ")") + " in training mode",
         )
         expect_close(got, x, "the output", check_dtype=False, atol=float("inf"), rtol=0.0)
-        sa, ff = _recorded(store, "self_attn.out"), _recorded(store, "ffn.out")
+        sa, ff = _recorded(store, "self_attn.out", x.shape), _recorded(store, "ffn.out", x.shape)
         if norm_first:
-            first = _recorded(store, "norm2.in") - x  # x + dropout1(sa(norm1(x))) - x
-            second = got.detach() - _recorded(store, "norm2.in")
+            first = _recorded(store, "norm2.in", x.shape) - x  # x + dropout1(sa(norm1(x))) - x
+            second = got.detach() - _recorded(store, "norm2.in", x.shape)
         else:
-            first = _recorded(store, "norm1.in") - x  # x + dropout1(sa(x)) - x
-            second = _recorded(store, "norm2.in") - _recorded(store, "norm1.out")
-        ffn_in = _recorded(store, "ffn.in")
+            first = _recorded(store, "norm1.in", x.shape) - x  # x + dropout1(sa(x)) - x
+            second = _recorded(store, "norm2.in", x.shape) - _recorded(store, "norm1.out", x.shape)
+        ffn_in = _recorded(store, "ffn.in", x.shape)
         _expect_some_dropout(student, ((first, sa), (second, ff)), p, lambda m: m(ffn_in))
         _expect_residual_dropout(first, sa, p, 1, "self-attention")
         _expect_residual_dropout(second, ff, p, 2, "feed-forward network")
         _expect_sublayer_dropout(student, "ffn", p, lambda m: m(ffn_in))
-        h = _recorded(store, "self_attn.in")
+        h = _recorded(store, "self_attn.in", x.shape)
         _expect_sublayer_dropout(student, "self_attn", p, lambda m: m(h, h, h))
 
     return run
@@ -586,26 +595,29 @@ def _decoder_dropout_case(candidate, init: dict, x, memory, tgt_mask=None, memor
             what,
         )
         expect_close(got, x, "the output", check_dtype=False, atol=float("inf"), rtol=0.0)
-        sa, ca = _recorded(store, "self_attn.out"), _recorded(store, "cross_attn.out")
-        ff = _recorded(store, "ffn.out")
+        sa, ca = (
+            _recorded(store, "self_attn.out", x.shape),
+            _recorded(store, "cross_attn.out", x.shape),
+        )
+        ff = _recorded(store, "ffn.out", x.shape)
         if norm_first:
-            first = _recorded(store, "norm2.in") - x
-            second = _recorded(store, "norm3.in") - _recorded(store, "norm2.in")
-            third = got.detach() - _recorded(store, "norm3.in")
+            first = _recorded(store, "norm2.in", x.shape) - x
+            second = _recorded(store, "norm3.in", x.shape) - _recorded(store, "norm2.in", x.shape)
+            third = got.detach() - _recorded(store, "norm3.in", x.shape)
         else:
-            first = _recorded(store, "norm1.in") - x
-            second = _recorded(store, "norm2.in") - _recorded(store, "norm1.out")
-            third = _recorded(store, "norm3.in") - _recorded(store, "norm2.out")
-        ffn_in = _recorded(store, "ffn.in")
+            first = _recorded(store, "norm1.in", x.shape) - x
+            second = _recorded(store, "norm2.in", x.shape) - _recorded(store, "norm1.out", x.shape)
+            third = _recorded(store, "norm3.in", x.shape) - _recorded(store, "norm2.out", x.shape)
+        ffn_in = _recorded(store, "ffn.in", x.shape)
         branches = ((first, sa), (second, ca), (third, ff))
         _expect_some_dropout(student, branches, p, lambda m: m(ffn_in))
         _expect_residual_dropout(first, sa, p, 1, "self-attention")
         _expect_residual_dropout(second, ca, p, 2, "cross-attention")
         _expect_residual_dropout(third, ff, p, 3, "feed-forward network")
         _expect_sublayer_dropout(student, "ffn", p, lambda m: m(ffn_in))
-        h = _recorded(store, "self_attn.in")
+        h = _recorded(store, "self_attn.in", x.shape)
         _expect_sublayer_dropout(student, "self_attn", p, lambda m: m(h, h, h))
-        q = _recorded(store, "cross_attn.in")
+        q = _recorded(store, "cross_attn.in", x.shape)
         _expect_sublayer_dropout(student, "cross_attn", p, lambda m: m(q, memory, memory))
 
     return run

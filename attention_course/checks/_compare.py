@@ -238,6 +238,12 @@ def expect_close(
     return original
 
 
+def expect_like(got, like: torch.Tensor, name: str) -> torch.Tensor:
+    """Fail unless ``got`` is a tensor of ``like``'s shape with no NaN or inf where ``like``
+    is finite; its values are checked elsewhere (e.g. by their dropout properties)."""
+    return expect_close(got, like, name, check_dtype=False, atol=float("inf"), rtol=0.0)
+
+
 def expect_grad(got_grad, expected_grad, name: str, *, mistakes=(), atol=None, rtol=None):
     """Fail unless a gradient reached ``name`` and equals the reference's."""
     if expected_grad is None:

@@ -6,7 +6,7 @@ import torch
 
 from attention_course import transformer as ref
 
-from ._compare import expect_close, expect_grad, expect_tuple, fmt_shape
+from ._compare import expect_close, expect_grad, expect_like, expect_tuple, fmt_shape
 from ._data import leaf, randn
 from ._dropout import expect_dropout_of, is_unchanged
 from ._modules import backward_both, build_pair, compare_param_grads
@@ -278,20 +278,25 @@ def _encoder_dropout_case(candidate, init: dict, x, mask=None):
             kwargs,
             "layer(x" + (", mask)" if mask is not None else ")") + " in training mode",
         )
-        expect_close(got, x, "the output", check_dtype=False, atol=float("inf"), rtol=0.0)
-        sa, ff = _recorded(store, "self_attn.out", x.shape), _recorded(store, "ffn.out", x.shape)
+        expect_like(got, x, "the output")
+
+        def seen(key: str) -> torch.Tensor:
+            """What the student's submodule received or returned, e.g. seen("norm1.in")."""
+            return _recorded(store, key, x.shape)
+
+        sa, ff = seen("self_attn.out"), seen("ffn.out")
         if norm_first:
-            first = _recorded(store, "norm2.in", x.shape) - x  # x + dropout1(sa(norm1(x))) - x
-            second = got.detach() - _recorded(store, "norm2.in", x.shape)
+            first = seen("norm2.in") - x  # x + dropout1(sa(norm1(x))) - x
+            second = got.detach() - seen("norm2.in")
         else:
-            first = _recorded(store, "norm1.in", x.shape) - x  # x + dropout1(sa(x)) - x
-            second = _recorded(store, "norm2.in", x.shape) - _recorded(store, "norm1.out", x.shape)
-        ffn_in = _recorded(store, "ffn.in", x.shape)
+            first = seen("norm1.in") - x  # x + dropout1(sa(x)) - x
+            second = seen("norm2.in") - seen("norm1.out")
+        ffn_in = seen("ffn.in")
         _expect_some_dropout(student, ((first, sa), (second, ff)), p, lambda m: m(ffn_in))
         _expect_residual_dropout(first, sa, p, 1, "self-attention")
         _expect_residual_dropout(second, ff, p, 2, "feed-forward network")
         _expect_sublayer_dropout(student, "ffn", p, lambda m: m(ffn_in))
-        h = _recorded(store, "self_attn.in", x.shape)
+        h = seen("self_attn.in")
         _expect_sublayer_dropout(student, "self_attn", p, lambda m: m(h, h, h))
 
     return run
@@ -594,30 +599,35 @@ def _decoder_dropout_case(candidate, init: dict, x, memory, tgt_mask=None, memor
             kwargs,
             what,
         )
-        expect_close(got, x, "the output", check_dtype=False, atol=float("inf"), rtol=0.0)
+        expect_like(got, x, "the output")
+
+        def seen(key: str) -> torch.Tensor:
+            """What the student's submodule received or returned, e.g. seen("norm1.in")."""
+            return _recorded(store, key, x.shape)
+
         sa, ca = (
-            _recorded(store, "self_attn.out", x.shape),
-            _recorded(store, "cross_attn.out", x.shape),
+            seen("self_attn.out"),
+            seen("cross_attn.out"),
         )
-        ff = _recorded(store, "ffn.out", x.shape)
+        ff = seen("ffn.out")
         if norm_first:
-            first = _recorded(store, "norm2.in", x.shape) - x
-            second = _recorded(store, "norm3.in", x.shape) - _recorded(store, "norm2.in", x.shape)
-            third = got.detach() - _recorded(store, "norm3.in", x.shape)
+            first = seen("norm2.in") - x
+            second = seen("norm3.in") - seen("norm2.in")
+            third = got.detach() - seen("norm3.in")
         else:
-            first = _recorded(store, "norm1.in", x.shape) - x
-            second = _recorded(store, "norm2.in", x.shape) - _recorded(store, "norm1.out", x.shape)
-            third = _recorded(store, "norm3.in", x.shape) - _recorded(store, "norm2.out", x.shape)
-        ffn_in = _recorded(store, "ffn.in", x.shape)
+            first = seen("norm1.in") - x
+            second = seen("norm2.in") - seen("norm1.out")
+            third = seen("norm3.in") - seen("norm2.out")
+        ffn_in = seen("ffn.in")
         branches = ((first, sa), (second, ca), (third, ff))
         _expect_some_dropout(student, branches, p, lambda m: m(ffn_in))
         _expect_residual_dropout(first, sa, p, 1, "self-attention")
         _expect_residual_dropout(second, ca, p, 2, "cross-attention")
         _expect_residual_dropout(third, ff, p, 3, "feed-forward network")
         _expect_sublayer_dropout(student, "ffn", p, lambda m: m(ffn_in))
-        h = _recorded(store, "self_attn.in", x.shape)
+        h = seen("self_attn.in")
         _expect_sublayer_dropout(student, "self_attn", p, lambda m: m(h, h, h))
-        q = _recorded(store, "cross_attn.in", x.shape)
+        q = seen("cross_attn.in")
         _expect_sublayer_dropout(student, "cross_attn", p, lambda m: m(q, memory, memory))
 
     return run

@@ -43,6 +43,10 @@ REFERENCES = {
     "decoder_layer": ac.DecoderLayer,
 }
 
+# PyTorch loads its meta-device kernels on their first use (about 3 s, once per process);
+# load them here so that the timings below measure the checkers, not that import.
+torch.ones(2, 2, dtype=torch.bool, device="meta").tril()
+
 FUNCTION_TARGETS = [t for t, r in REFERENCES.items() if not isinstance(r, type)]
 CLASS_TARGETS = [t for t, r in REFERENCES.items() if isinstance(r, type)]
 
@@ -320,9 +324,51 @@ def test_to_dict_is_json_serialisable():
     assert data["passed"] is False
     assert data["score"] == pytest.approx(report.score)
     assert len(data["results"]) == len(report.results)
-    assert set(data["results"][0]) == {"name", "passed", "message"}
+    assert set(data["results"][0]) == {"name", "passed", "message", "weight"}
 
 
 def test_empty_report_is_not_passed():
     report = Report("check_nothing")
     assert not report.passed and report.score == 0.0
+
+
+# ---------------------------------------------------------------- scoring and messages
+
+
+def test_trivial_cases_cannot_carry_a_broken_merge_heads():
+    """A merge_heads that crashes on every multi-head case passes only the trivial ones
+    (H = 1, T = 1, the round trip): its score stays well under half."""
+    from buggy.multihead import merge_heads_view_after_transpose
+
+    report = CHECKERS["merge_heads"](merge_heads_view_after_transpose)
+    assert report.num_passed == 3 and len(report.results) == 6
+    assert report.score < 0.25
+
+
+def test_score_is_the_weighted_fraction():
+    report = Report(
+        "check_demo",
+        [CaseResult("hard", False, "x", 1.0), CaseResult("trivial", True, "", 0.25)],
+    )
+    assert report.score == pytest.approx(0.2)
+    assert Report("check_demo", [CaseResult("a", True), CaseResult("b", False)]).score == 0.5
+
+
+def test_sums_to_one_hint_ignores_fully_masked_rows():
+    from attention_course.checks._compare import sums_to_one_hint
+
+    hint = sums_to_one_hint(-1, "the keys")
+    good = torch.tensor([[0.25, 0.75], [0.0, 0.0]], dtype=torch.float64)  # row 1 fully masked
+    assert hint(good) is None
+    bad = torch.tensor([[0.5, 0.75], [0.0, 0.0]], dtype=torch.float64)
+    assert "do not sum to 1" in hint(bad)
+
+
+def test_meta_device_errors_are_not_mistaken_for_a_stub():
+    """PyTorch raises NotImplementedError for data on the meta device: that is a failed
+    case with a hint, not "not implemented yet"."""
+    from buggy.masking import causal_mask_moves_to_cpu
+
+    report = CHECKERS["causal_mask"](causal_mask_moves_to_cpu)
+    assert len(report.results) > 1
+    assert NOT_IMPLEMENTED_MESSAGE not in str(report)

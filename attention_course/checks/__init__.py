@@ -16,6 +16,27 @@ where the output matches a known mistake, which mistake it is::
     report = check_soft_argmax(my_soft_argmax)
     report            # the table in Jupyter
     report.assert_passed()
+
+**Scoring.** ``report.passed`` is True only when every case passes.
+``report.score`` (between 0 and 1) is the *weighted* fraction of cases passed:
+an ordinary case weighs 1, a trivial case weighs 0.25 (``TRIVIAL`` in
+``_runner.py``). Trivial cases are those that many broken implementations pass
+by accident: one head (H = 1), one position (T = 1, S = 1, size 1), a round
+trip such as ``merge_heads(split_heads(x))``, a size-1 table, a check of
+attribute names. So a ``merge_heads`` that crashes on every multi-head case
+scores 0.2, not 0.5. Each result carries its ``weight`` in ``to_dict()``.
+
+**Coverage.** Every argument and mode of a target's contract is exercised by
+at least one case: each parameter with a default, training and eval mode,
+dropout > 0 in training (checked by its properties: dropped entries are
+exactly 0, kept ones scaled by 1 / (1 - p), about a fraction p dropped), each
+option value (``activation``, ``norm_first``, ...) and, for the Transformer
+layers, masks, dropout and ``return_attention`` crossed with both values of
+``norm_first``; odd and even widths; lists where a statement allows them;
+``device`` on the ``meta`` device; gradient flow. Each case declares what it
+covers (``Case.covers``; ``report.covered`` collects them) and
+``tests/test_checker_coverage.py`` fails when an item is not covered and not
+listed there as a deliberate exemption with its reason.
 """
 
 from ._report import CaseResult, Report

@@ -238,6 +238,12 @@ def expect_close(
     return original
 
 
+def expect_like(got, like: torch.Tensor, name: str) -> torch.Tensor:
+    """Fail unless ``got`` is a tensor of ``like``'s shape with no NaN or inf where ``like``
+    is finite; its values are checked elsewhere (e.g. by their dropout properties)."""
+    return expect_close(got, like, name, check_dtype=False, atol=float("inf"), rtol=0.0)
+
+
 def expect_grad(got_grad, expected_grad, name: str, *, mistakes=(), atol=None, rtol=None):
     """Fail unless a gradient reached ``name`` and equals the reference's."""
     if expected_grad is None:
@@ -270,22 +276,31 @@ def expect_grad(got_grad, expected_grad, name: str, *, mistakes=(), atol=None, r
 def sums_to_one_hint(dim: int, axis_name: str) -> Hint:
     """A hint that fires when weights do not sum to 1 over ``dim`` but do over another axis."""
 
+    def ones_ok(got: torch.Tensor, d: int) -> bool:
+        """Every row along ``d`` sums to 1, except all-zero rows (a fully masked query
+        rightly gets zero weights)."""
+        sums = got.sum(d)
+        empty = (got == 0).all(d)
+        return bool(torch.allclose(sums[~empty], torch.ones((), dtype=got.dtype), atol=1e-6))
+
     def hint(got: torch.Tensor) -> str | None:
         if not got.is_floating_point() or got.dim() == 0:
             return None
-        ones_ok = lambda d: bool(  # noqa: E731
-            torch.allclose(got.sum(d), torch.ones((), dtype=got.dtype), atol=1e-6)
-        )
-        if ones_ok(dim):
+        if bool((got == 0).all()):
+            return "all your weights are 0: only a fully masked query row has zero weights"
+        if ones_ok(got, dim):
             return None
         for other in range(-got.dim(), 0):
-            if other != (dim if dim < 0 else dim - got.dim()) and ones_ok(other):
+            if other != (dim if dim < 0 else dim - got.dim()) and ones_ok(got, other):
                 return (
                     f"your weights sum to 1 over dim={other}, but they must sum to 1 over "
                     f"{axis_name} (dim={dim})"
                 )
         if got.min() < 0:
             return "some weights are negative: weights come out of a softmax"
-        return f"your weights do not sum to 1 over {axis_name} (dim={dim})"
+        return (
+            f"your weights do not sum to 1 over {axis_name} (dim={dim}) (rows that are all "
+            "zero, for fully masked queries, are fine)"
+        )
 
     return hint

@@ -17,11 +17,13 @@ FAIL_MARK = "✗"
 
 @dataclass(frozen=True)
 class CaseResult:
-    """The outcome of one case of a checker: its name, pass/fail, and what to fix."""
+    """The outcome of one case of a checker: its name, pass/fail, what to fix, and its
+    weight in the score (1 for an ordinary case, less for a trivial one)."""
 
     name: str
     passed: bool
     message: str = ""
+    weight: float = 1.0
 
 
 @dataclass
@@ -31,10 +33,13 @@ class Report:
     Attributes:
         target: the checker's name, e.g. ``"check_soft_argmax"``.
         results: one `CaseResult` per case, in the order they ran.
+        covered: the arguments and modes of the target that the cases exercise
+            (see `Case.covers`); not part of ``to_dict``.
     """
 
     target: str
     results: list[CaseResult] = field(default_factory=list)
+    covered: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     @property
     def passed(self) -> bool:
@@ -43,10 +48,15 @@ class Report:
 
     @property
     def score(self) -> float:
-        """The fraction of cases that passed, between 0 and 1."""
-        if not self.results:
+        """The weighted fraction of cases that passed, between 0 and 1.
+
+        Each case counts with its ``weight``: trivial cases (H = 1, T = 1, a round
+        trip) weigh less, so they cannot carry a broken implementation.
+        """
+        total = sum(r.weight for r in self.results)
+        if total <= 0:
             return 0.0
-        return sum(r.passed for r in self.results) / len(self.results)
+        return sum(r.weight for r in self.results if r.passed) / total
 
     @property
     def num_passed(self) -> int:

@@ -41,12 +41,26 @@ class _TimedOut(BaseException):
     """Injected into a worker thread that ran over its time limit."""
 
 
+TRIVIAL = 0.25
+"""The weight of a trivial case (H = 1, T = 1, a round trip, a size-1 input): such a case
+passes for many broken implementations, so it must not carry the score."""
+
+
 @dataclass(frozen=True)
 class Case:
-    """One named case of a checker; ``run()`` raises `CaseFailed` on failure."""
+    """One named case of a checker; ``run()`` raises `CaseFailed` on failure.
+
+    ``weight`` is the case's share of the score (1 for an ordinary case, `TRIVIAL`
+    for one that a broken implementation passes by accident). ``covers`` names the
+    arguments and modes of the target that the case sets away from their defaults
+    (e.g. ``"dropout"``, ``"mode=train"``, ``"norm_first=True"``); a test checks that
+    the cases of each checker together cover the whole contract.
+    """
 
     name: str
     run: Callable[[], object]
+    weight: float = 1.0
+    covers: frozenset[str] = frozenset()
 
 
 # ---------------------------------------------------------------- student code
@@ -128,7 +142,7 @@ def call_student(
     *args,
     what: str,
     arg_names: Sequence[str] = (),
-    error_hint: str | None = None,
+    error_hint: str | Callable[[str], str | None] | None = None,
     **kwargs,
 ):
     """Call student code; turn what can go wrong into `CaseFailed`.
@@ -136,20 +150,28 @@ def call_student(
     ``what`` names the call in messages, e.g. ``"soft_argmax(scores)"``.
     Tensor arguments are compared before and after the call to catch in-place
     changes of the inputs. ``arg_names`` names the positional arguments;
-    ``error_hint`` is added to the message when the call raises.
+    ``error_hint`` is added to the message when the call raises; it may be a
+    function of the error's text that returns the hint (or None for no hint).
     """
     before_args = [_snapshot(a) for a in args]
     before_kwargs = {k: _snapshot(v) for k, v in kwargs.items()}
     try:
         result = fn(*args, **kwargs)
     except NotImplementedError as error:
-        raise NotImplementedYet(str(error)) from None
+        if "meta tensor" not in str(error):  # PyTorch raises it for data on the meta device
+            raise NotImplementedYet(str(error)) from None
+        raise CaseFailed(
+            describe_exception(error, what)
+            + "\nHint: a tensor on the 'meta' device has no data: create the result on the "
+            "requested `device` and do not move it (no `.cpu()`, `.item()` or `.tolist()`)."
+        ) from None
     except _TimedOut:
         raise
     except BaseException as error:  # noqa: BLE001 - any student exception becomes a failed case
         message = describe_exception(error, what)
-        if error_hint and "\nHint:" not in message:
-            message += f"\nHint: {error_hint}."
+        hint = error_hint(str(error)) if callable(error_hint) else error_hint
+        if hint and "\nHint:" not in message:
+            message += f"\nHint: {hint}."
         raise CaseFailed(message) from None
 
     changed = []
@@ -260,6 +282,7 @@ def _run_in_thread(fn: Callable[[], object], timeout: float) -> tuple[str, objec
 def run_cases(target: str, cases: Sequence[Case], timeout: float) -> Report:
     """Run ``cases`` one by one and collect a `Report` named ``check_<target>``."""
     report = Report(target=f"check_{target}")
+    report.covered = frozenset().union(*(case.covers for case in cases))
     timeout = float(timeout)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -272,6 +295,7 @@ def run_cases(target: str, cases: Sequence[Case], timeout: float) -> Report:
                         case.name,
                         False,
                         f"not run: the case '{timed_out_case}' ran over the time limit",
+                        case.weight,
                     )
                 )
                 continue
@@ -284,11 +308,12 @@ def run_cases(target: str, cases: Sequence[Case], timeout: float) -> Report:
                         False,
                         f"ran over the time limit of {timeout:g} s: look for an endless loop, "
                         "or a loop over elements that should be one tensor operation",
+                        case.weight,
                     )
                 )
             elif status == "ok":
                 message = value if isinstance(value, str) else ""
-                report.results.append(CaseResult(case.name, True, message))
+                report.results.append(CaseResult(case.name, True, message, case.weight))
             elif isinstance(value, NotImplementedYet):
                 detail = str(value)
                 message = NOT_IMPLEMENTED_MESSAGE
@@ -304,7 +329,7 @@ def run_cases(target: str, cases: Sequence[Case], timeout: float) -> Report:
                     first_failure_with[message] = case.name
                 else:
                     message = f"the same failure as in the case '{earlier}'"
-                report.results.append(CaseResult(case.name, False, message))
+                report.results.append(CaseResult(case.name, False, message, case.weight))
             else:
                 report.results.append(
                     CaseResult(
@@ -312,6 +337,7 @@ def run_cases(target: str, cases: Sequence[Case], timeout: float) -> Report:
                         False,
                         "the checker itself failed on this case (please report it): "
                         + describe_exception(value, "the checker"),
+                        case.weight,
                     )
                 )
     return report

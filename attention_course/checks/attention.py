@@ -13,14 +13,17 @@ from ._compare import (
     Mistake,
     expect_close,
     expect_grad,
+    expect_like,
     expect_tuple,
     fmt_shape,
     sums_to_one_hint,
 )
 from ._data import leaf, randn, random_bool
+from ._dropout import expect_dropout_of, is_unchanged
 from ._modules import backward_both, build_pair, compare_param_grads
 from ._report import Report
 from ._runner import (
+    TRIVIAL,
     Case,
     CaseFailed,
     call_student,
@@ -136,16 +139,27 @@ def check_soft_argmax(candidate, *, timeout: float = 10.0) -> Report:
     if problem:
         return single_failure("soft_argmax", "is a function", problem)
     cases = [
-        Case("1-D scores", _soft_argmax_case(candidate, randn(5, seed=1))),
+        Case("1-D scores", _soft_argmax_case(candidate, randn(5, seed=1)), weight=TRIVIAL),
         Case("2-D scores, rows sum to 1", _soft_argmax_case(candidate, randn(3, 5, seed=2))),
-        Case("beta=2.5", _soft_argmax_case(candidate, randn(4, 6, seed=3), beta=2.5)),
         Case(
-            "beta=0.1, 3-D scores", _soft_argmax_case(candidate, randn(2, 3, 4, seed=4), beta=0.1)
+            "beta=2.5",
+            _soft_argmax_case(candidate, randn(4, 6, seed=3), beta=2.5),
+            covers=frozenset({"beta"}),
         ),
-        Case("dim=0", _soft_argmax_case(candidate, randn(4, 6, seed=5), dim=0)),
+        Case(
+            "beta=0.1, 3-D scores",
+            _soft_argmax_case(candidate, randn(2, 3, 4, seed=4), beta=0.1),
+            covers=frozenset({"beta"}),
+        ),
+        Case(
+            "dim=0",
+            _soft_argmax_case(candidate, randn(4, 6, seed=5), dim=0),
+            covers=frozenset({"dim"}),
+        ),
         Case(
             "dim=1 of a 3-D tensor, beta=3",
             _soft_argmax_case(candidate, randn(2, 4, 3, seed=6), beta=3.0, dim=1),
+            covers=frozenset({"beta", "dim"}),
         ),
         Case(
             "very large scores (~1e4) give no NaN",
@@ -159,7 +173,11 @@ def check_soft_argmax(candidate, *, timeout: float = 10.0) -> Report:
             "float32 scores give float32 weights",
             _soft_argmax_case(candidate, randn(3, 4, seed=9, dtype=torch.float32)),
         ),
-        Case("gradient flows to the scores", _soft_argmax_grad(candidate)),
+        Case(
+            "gradient flows to the scores",
+            _soft_argmax_grad(candidate),
+            covers=frozenset({"grad", "beta"}),
+        ),
     ]
     return run_cases("soft_argmax", cases, timeout)
 
@@ -299,21 +317,27 @@ def check_set_attention(candidate, *, timeout: float = 10.0) -> Report:
     cases = [
         Case("X (T, n) with T != n", _set_attention_case(candidate, randn(5, 3, seed=21))),
         Case("batched X (B, T, n)", _set_attention_case(candidate, randn(2, 4, 6, seed=22))),
-        Case("beta=0.3", _set_attention_case(candidate, randn(4, 3, seed=23), beta=0.3)),
+        Case(
+            "beta=0.3",
+            _set_attention_case(candidate, randn(4, 3, seed=23), beta=0.3),
+            covers=frozenset({"beta"}),
+        ),
         Case(
             "hard=True (one-hot rows)",
             _set_attention_case(candidate, randn(5, 4, seed=24), hard=True),
+            covers=frozenset({"hard"}),
         ),
         Case(
             "hard=True, batched, beta=2",
             _set_attention_case(candidate, randn(2, 3, 5, seed=25), beta=2.0, hard=True),
+            covers=frozenset({"hard", "beta"}),
         ),
-        Case("T = 1", _set_attention_case(candidate, randn(1, 4, seed=26))),
+        Case("T = 1", _set_attention_case(candidate, randn(1, 4, seed=26)), weight=TRIVIAL),
         Case(
             "large inputs (scores ~1e4) give no NaN",
             _set_attention_case(candidate, 60.0 * randn(4, 3, seed=28)),
         ),
-        Case("gradient flows to X", _set_attention_grad(candidate)),
+        Case("gradient flows to X", _set_attention_grad(candidate), covers=frozenset({"grad"})),
     ]
     return run_cases("set_attention", cases, timeout)
 
@@ -468,6 +492,86 @@ def _sdpa_grad(candidate):
     return run
 
 
+_SDPA_DROPOUT_WHERE = (
+    "on the weights, after the softmax: weights = F.dropout(weights, p=dropout_p, "
+    "training=True); output = weights @ value"
+)
+
+
+def _sdpa_no_dropout(candidate, q, k, v):
+    def run():
+        expected_out, expected_w = ref.scaled_dot_product_attention(q, k, v)
+        for attempt in ("first", "second"):
+            got = call_student(
+                candidate,
+                q,
+                k,
+                v,
+                dropout_p=0.0,
+                what="scaled_dot_product_attention(query, key, value, dropout_p=0.0)",
+                arg_names=("query", "key", "value"),
+            )
+            got = expect_tuple(got, 2, "scaled_dot_product_attention", ("output", "weights"))
+            expect_close(got[1], expected_w, f"weights ({attempt} call)")
+            expect_close(got[0], expected_out, f"output ({attempt} call)")
+
+    return run
+
+
+def _sdpa_dropout_case(candidate, q, k, v, p: float, mask=None):
+    """Dropout by its properties: the weights are the clean ones, dropped and rescaled."""
+
+    def run():
+        clean_out, clean_w = ref.scaled_dot_product_attention(q, k, v, mask=mask)
+        kwargs = {"dropout_p": p} if mask is None else {"mask": mask, "dropout_p": p}
+        got = call_student(
+            candidate,
+            q,
+            k,
+            v,
+            what=f"scaled_dot_product_attention(query, key, value{_kwargs_text(_short(kwargs))})",
+            arg_names=("query", "key", "value"),
+            **kwargs,
+        )
+        got_out, got_w = expect_tuple(got, 2, "scaled_dot_product_attention", ("output", "weights"))
+        expect_like(got_w, clean_w, "weights")
+        expect_like(got_out, clean_out, "output")
+        if is_unchanged(got_w, clean_w):
+            if is_unchanged(got_out, clean_out):
+                raise CaseFailed(
+                    f"`dropout_p` is ignored: with dropout_p={p:g} about {p:.0%} of the weights "
+                    "must be set to 0 and the rest scaled by 1 / (1 - dropout_p); dropout goes "
+                    + _SDPA_DROPOUT_WHERE
+                )
+            raise CaseFailed(
+                "you returned the weights from before dropout: the output was computed with "
+                "other weights, but the task asks for the weights actually used, so that "
+                "output == weights @ value; return the weights after dropout"
+            )
+        expect_dropout_of(
+            got_w,
+            clean_w,
+            p,
+            "weights",
+            ignored="`dropout_p` is ignored",
+            where=_SDPA_DROPOUT_WHERE,
+        )
+        expect_close(
+            got_out,
+            got_w.detach().to(v.dtype) @ v,
+            "output (it must equal your weights @ value)",
+            mistakes=[
+                (
+                    "the output uses the weights before dropout: compute the output from the "
+                    "dropped-out weights, output = weights @ value",
+                    lambda: clean_out,
+                )
+            ],
+        )
+
+    return run
+
+
 def check_scaled_dot_product_attention(candidate, *, timeout: float = 10.0) -> Report:
     """Check ``scaled_dot_product_attention(query, key, value, mask=None, dropout_p=0.0,
     scale=None) -> (output, weights)``."""
@@ -488,6 +592,12 @@ def check_scaled_dot_product_attention(candidate, *, timeout: float = 10.0) -> R
     fully_masked = random_bool(B, T, S, seed=38)
     fully_masked[0, 1] = False
     float_mask = torch.zeros(T, S, dtype=torch.float64).masked_fill(~causal_like, float("-inf"))
+    big_q, big_k, big_v = (
+        randn(4, 16, 8, seed=46),
+        randn(4, 16, 8, seed=47),
+        randn(4, 16, 5, seed=48),
+    )
+    big_mask = random_bool(4, 16, 16, seed=49)
     cases = [
         Case("3-D inputs, T != S, d_k != d_v", _sdpa_case(candidate, q3, k3, v3)),
         Case("4-D inputs with heads (B, H, T, d_k)", _sdpa_case(candidate, q4, k4, v4)),
@@ -495,26 +605,56 @@ def check_scaled_dot_product_attention(candidate, *, timeout: float = 10.0) -> R
             "2-D inputs (no batch axis)",
             _sdpa_case(candidate, randn(4, 3, seed=39), randn(6, 3, seed=40), randn(6, 2, seed=45)),
         ),
-        Case("T = 1", _sdpa_case(candidate, q3[:, :1], k3, v3)),
-        Case("explicit scale=0.3", _sdpa_case(candidate, q3, k3, v3, scale=0.3)),
+        Case("T = 1", _sdpa_case(candidate, q3[:, :1], k3, v3), weight=TRIVIAL),
+        Case(
+            "explicit scale=0.3",
+            _sdpa_case(candidate, q3, k3, v3, scale=0.3),
+            covers=frozenset({"scale"}),
+        ),
         Case(
             "bool mask (T, S) broadcast over the batch",
             _sdpa_case(candidate, q3, k3, v3, mask=causal_like),
+            covers=frozenset({"mask", "mask=bool"}),
         ),
         Case(
             "padding mask (B, 1, 1, S) on 4-D inputs",
             _sdpa_case(candidate, q4, k4, v4, mask=padding),
+            covers=frozenset({"mask", "mask=bool"}),
         ),
         Case(
             "fully masked query row: zero weights and zero output",
             _sdpa_case(candidate, q3, k3, v3, mask=fully_masked),
+            covers=frozenset({"mask", "mask=fully-masked-row"}),
         ),
-        Case("float additive mask (0 / -inf)", _sdpa_case(candidate, q3, k3, v3, mask=float_mask)),
+        Case(
+            "float additive mask (0 / -inf)",
+            _sdpa_case(candidate, q3, k3, v3, mask=float_mask),
+            covers=frozenset({"mask", "mask=float"}),
+        ),
         Case(
             "very large scores (~1e4) give no NaN",
             _sdpa_case(candidate, 60.0 * q3, 60.0 * k3, v3),
         ),
-        Case("gradients flow to query, key and value", _sdpa_grad(candidate)),
+        Case(
+            "dropout_p=0.0 given explicitly: no randomness",
+            _sdpa_no_dropout(candidate, q3, k3, v3),
+            weight=TRIVIAL,
+        ),
+        Case(
+            "dropout_p=0.3: weights dropped out, output == weights @ value",
+            _sdpa_dropout_case(candidate, big_q, big_k, big_v, 0.3),
+            covers=frozenset({"dropout_p"}),
+        ),
+        Case(
+            "dropout_p=0.5 with a bool mask",
+            _sdpa_dropout_case(candidate, big_q, big_k, big_v, 0.5, mask=big_mask),
+            covers=frozenset({"dropout_p", "mask", "mask=bool"}),
+        ),
+        Case(
+            "gradients flow to query, key and value",
+            _sdpa_grad(candidate),
+            covers=frozenset({"grad", "mask", "mask=bool"}),
+        ),
     ]
     return run_cases(target, cases, timeout)
 
@@ -660,19 +800,26 @@ def check_additive_attention(candidate, *, timeout: float = 10.0) -> Report:
             "query (B, T, Dq): context (B, T, Dv), weights (B, T, S)",
             _additive_case(candidate, q3, keys, values),
         ),
-        Case("S = 1", _additive_case(candidate, q3, keys[:, :1], values[:, :1])),
+        Case("S = 1", _additive_case(candidate, q3, keys[:, :1], values[:, :1]), weight=TRIVIAL),
         Case(
             "padding mask (B, S) with query (B, Dq)",
             _additive_case(candidate, q2, keys, values, mask2),
+            covers=frozenset({"mask", "mask=(B, S)"}),
         ),
         Case(
             "mask (B, 1, S) broadcast over T queries",
             _additive_case(candidate, q3, keys, values, mask3),
+            covers=frozenset({"mask", "mask=(B, 1, S)"}),
         ),
         Case(
             "fully masked query row: zero weights and zero context",
             _additive_case(candidate, q3, keys, values, fully),
+            covers=frozenset({"mask", "mask=(B, T, S)", "mask=fully-masked-row"}),
         ),
-        Case("gradients reach W, U, v and the inputs", _additive_grad(candidate)),
+        Case(
+            "gradients reach W, U, v and the inputs",
+            _additive_grad(candidate),
+            covers=frozenset({"grad", "mask", "mask=(B, 1, S)"}),
+        ),
     ]
     return run_cases(target, cases, timeout)

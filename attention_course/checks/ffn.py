@@ -7,11 +7,25 @@ import torch.nn.functional as F
 
 from attention_course import ffn as ref
 
-from ._compare import expect_close, expect_grad
+from ._compare import expect_close, expect_grad, expect_like
 from ._data import leaf, randn
+from ._dropout import expect_dropout_of, is_unchanged, looks_dropped_out
 from ._modules import backward_both, build_pair, compare_param_grads
 from ._report import Report
-from ._runner import Case, call_student, class_problem, run_cases, single_failure
+from ._runner import (
+    TRIVIAL,
+    Case,
+    CaseFailed,
+    call_student,
+    class_problem,
+    run_cases,
+    single_failure,
+)
+
+_FFN_DROPOUT_WHERE = (
+    "on the hidden activations, between the activation and linear2: "
+    "linear2(dropout(act(linear1(x))))"
+)
 
 
 def _ffn_mistakes(module, x: torch.Tensor):
@@ -66,6 +80,64 @@ def _ffn_case(candidate, init: dict, x: torch.Tensor, grad: bool = False, train:
     return run
 
 
+def _ffn_dropout_case(candidate, init: dict, x: torch.Tensor):
+    """Training mode with dropout, checked by its properties: the input of linear2 is the
+    clean hidden activation, dropped out and rescaled; nothing happens after linear2."""
+    p = init["dropout"]
+
+    def run():
+        student, reference = build_pair(candidate, ref.PositionwiseFeedForward, kwargs=init)
+        reference.eval()
+        act = F.relu if init.get("activation", "relu") == "relu" else F.gelu
+        with torch.no_grad():
+            clean_hidden = act(reference.linear1(x))  # (B, T, F)
+            clean_out = reference(x)
+        seen = []
+        linear2 = getattr(student, "linear2", None)
+        if not isinstance(linear2, torch.nn.Module):
+            raise CaseFailed("your PositionwiseFeedForward has no module `linear2`")
+        handle = linear2.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+        try:
+            student.train()
+            got = call_student(student, x, what="ffn(x) in training mode", arg_names=("x",))
+        finally:
+            handle.remove()
+        expect_like(got, clean_out, "the output")
+        if not seen:
+            raise CaseFailed("your forward never calls self.linear2")
+        hidden = seen[0]
+        if is_unchanged(hidden, clean_hidden):
+            if looks_dropped_out(got, clean_out, p):
+                raise CaseFailed(
+                    f"dropout is applied after linear2 (to the output): it belongs "
+                    f"{_FFN_DROPOUT_WHERE}"
+                )
+            if is_unchanged(got, clean_out):
+                raise CaseFailed(
+                    f"the `dropout` argument is ignored: in training mode with dropout={p:g} "
+                    f"about {p:.0%} of the hidden activations must be set to 0 (nn.Dropout("
+                    f"dropout), not nn.Dropout(0.0)); dropout goes {_FFN_DROPOUT_WHERE}"
+                )
+        expect_dropout_of(
+            hidden,
+            clean_hidden,
+            p,
+            "the input of linear2 (the hidden activations)",
+            ignored="the hidden activations are not dropped out",
+            where=_FFN_DROPOUT_WHERE,
+        )
+        with torch.no_grad():
+            expected = reference.linear2(hidden.detach().to(x.dtype))
+        expect_close(
+            got,
+            expected,
+            "the output (linear2 of your dropped-out hidden activations)",
+            hints=[lambda _: "nothing may happen after linear2: no second dropout, no activation"],
+        )
+
+    return run
+
+
 def check_positionwise_feed_forward(candidate, *, timeout: float = 10.0) -> Report:
     """Check the class ``PositionwiseFeedForward(d_model, d_ff, dropout=0.0,
     activation="relu")``."""
@@ -75,9 +147,10 @@ def check_positionwise_feed_forward(candidate, *, timeout: float = 10.0) -> Repo
         return single_failure(target, "is an nn.Module class", problem)
     x = randn(2, 3, 8, seed=141)
     relu = {"d_model": 8, "d_ff": 16}
+    big = randn(4, 16, 8, seed=143)
     cases = [
         Case("(B, T, D) input, relu", _ffn_case(candidate, relu, x)),
-        Case("T = 1", _ffn_case(candidate, relu, x[:, :1])),
+        Case("T = 1", _ffn_case(candidate, relu, x[:, :1]), weight=TRIVIAL),
         Case(
             "2-D input (N, D)",
             _ffn_case(candidate, {"d_model": 6, "d_ff": 4}, randn(5, 6, seed=142)),
@@ -85,14 +158,29 @@ def check_positionwise_feed_forward(candidate, *, timeout: float = 10.0) -> Repo
         Case(
             "activation='gelu'",
             _ffn_case(candidate, {"d_model": 8, "d_ff": 16, "activation": "gelu"}, x),
+            covers=frozenset({"activation"}),
         ),
         Case(
             "dropout=0.5 is off in eval mode",
             _ffn_case(candidate, {"d_model": 8, "d_ff": 16, "dropout": 0.5}, x),
+            covers=frozenset({"dropout", "mode=eval"}),
+        ),
+        Case(
+            "training mode, dropout=0.3: the hidden activations are dropped out",
+            _ffn_dropout_case(candidate, {"d_model": 8, "d_ff": 32, "dropout": 0.3}, big),
+            covers=frozenset({"dropout", "mode=train", "dropout>0 in training"}),
+        ),
+        Case(
+            "training mode, dropout=0.5, activation='gelu'",
+            _ffn_dropout_case(
+                candidate, {"d_model": 8, "d_ff": 32, "dropout": 0.5, "activation": "gelu"}, big
+            ),
+            covers=frozenset({"dropout", "mode=train", "dropout>0 in training", "activation"}),
         ),
         Case(
             "gradients reach every parameter and x",
             _ffn_case(candidate, relu, x, grad=True, train=True),
+            covers=frozenset({"grad", "mode=train"}),
         ),
     ]
     return run_cases(target, cases, timeout)

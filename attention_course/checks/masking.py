@@ -8,7 +8,15 @@ from attention_course import masking as ref
 
 from ._compare import expect_close
 from ._report import Report
-from ._runner import Case, CaseFailed, call_student, function_problem, run_cases, single_failure
+from ._runner import (
+    TRIVIAL,
+    Case,
+    CaseFailed,
+    call_student,
+    function_problem,
+    run_cases,
+    single_failure,
+)
 
 _BOOL_HINT = "build it with `dtype=torch.bool` (or compare with `<`/`<=`, which gives bools)"
 
@@ -67,6 +75,33 @@ def _causal_case(candidate, size: int, with_device: bool = False):
     return run
 
 
+def _causal_meta_case(candidate, size: int):
+    """The `device` argument, on PyTorch's "meta" device: it exists on every machine and
+    holds no data, so a mask built on the CPU (device ignored) shows at once."""
+
+    def run():
+        meta = torch.device("meta")
+        got = call_student(
+            candidate, size, device=meta, what=f"causal_mask({size}, device=torch.device('meta'))"
+        )
+        if not isinstance(got, torch.Tensor):
+            raise CaseFailed(f"the mask: expected a torch.Tensor, got {type(got).__name__}")
+        if got.device != meta:
+            raise CaseFailed(
+                f"the `device` argument is ignored: causal_mask({size}, device=meta) returned a "
+                f"mask on {got.device.type}, expected it on the requested device (meta); create "
+                "the tensor there, `torch.ones(size, size, dtype=torch.bool, device=device)`, "
+                "instead of moving it afterwards or ignoring `device`"
+            )
+        if tuple(got.shape) != (size, size) or got.dtype != torch.bool:
+            raise CaseFailed(
+                f"the mask on the meta device: expected a bool ({size}, {size}) tensor, got "
+                f"{got.dtype} {tuple(got.shape)}"
+            )
+
+    return run
+
+
 def check_causal_mask(candidate, *, timeout: float = 10.0) -> Report:
     """Check ``causal_mask(size, device=None) -> bool (size, size)``, True on and below
     the diagonal."""
@@ -74,11 +109,20 @@ def check_causal_mask(candidate, *, timeout: float = 10.0) -> Report:
     if problem:
         return single_failure("causal_mask", "is a function", problem)
     cases = [
-        Case("size 1", _causal_case(candidate, 1)),
-        Case("size 2", _causal_case(candidate, 2)),
+        Case("size 1", _causal_case(candidate, 1), weight=TRIVIAL),
+        Case("size 2", _causal_case(candidate, 2), weight=TRIVIAL),
         Case("size 5", _causal_case(candidate, 5)),
         Case("size 8", _causal_case(candidate, 8)),
-        Case("device argument", _causal_case(candidate, 4, with_device=True)),
+        Case(
+            "device='cpu' given explicitly",
+            _causal_case(candidate, 4, with_device=True),
+            covers=frozenset({"device"}),
+        ),
+        Case(
+            "device argument on the 'meta' device",
+            _causal_meta_case(candidate, 6),
+            covers=frozenset({"device", "device=meta"}),
+        ),
     ]
     return run_cases("causal_mask", cases, timeout)
 
@@ -108,15 +152,27 @@ def _padding_mistakes(lengths: torch.Tensor, max_len: int | None):
     ]
 
 
-def _padding_case(candidate, lengths: list[int], max_len: int | None = None):
+_LIST_HINT = (
+    "`lengths` may be a list of ints as well as a tensor (the statement allows both): "
+    "convert it first, `lengths = torch.as_tensor(lengths)`"
+)
+
+
+def _padding_case(candidate, lengths: list[int], max_len: int | None = None, as_list: bool = False):
     def run():
         lengths_t = torch.tensor(lengths)
         expected = ref.padding_mask(lengths_t, max_len)
-        args = (lengths_t,) if max_len is None else (lengths_t, max_len)
-        what = f"padding_mask(torch.tensor({lengths})" + (
-            ")" if max_len is None else f", max_len={max_len})"
+        given = list(lengths) if as_list else lengths_t
+        args = (given,) if max_len is None else (given, max_len)
+        shown = f"{lengths}" if as_list else f"torch.tensor({lengths})"
+        what = f"padding_mask({shown}" + (")" if max_len is None else f", max_len={max_len})")
+        got = call_student(
+            candidate,
+            *args,
+            what=what,
+            arg_names=("lengths",),
+            error_hint=_LIST_HINT if as_list else None,
         )
-        got = call_student(candidate, *args, what=what, arg_names=("lengths",))
         mistakes = _padding_mistakes(lengths_t, max_len)
         if (
             isinstance(got, torch.Tensor)
@@ -145,9 +201,27 @@ def check_padding_mask(candidate, *, timeout: float = 10.0) -> Report:
         return single_failure("padding_mask", "is a function", problem)
     cases = [
         Case("lengths [3, 1, 4], max_len from the lengths", _padding_case(candidate, [3, 1, 4])),
-        Case("lengths [2, 5], max_len=7", _padding_case(candidate, [2, 5], 7)),
-        Case("an empty sequence (length 0)", _padding_case(candidate, [0, 2], 3)),
-        Case("no padding at all", _padding_case(candidate, [3, 3], 3)),
-        Case("a single sequence", _padding_case(candidate, [4], 6)),
+        Case(
+            "lengths [2, 5], max_len=7",
+            _padding_case(candidate, [2, 5], 7),
+            covers=frozenset({"max_len"}),
+        ),
+        Case(
+            "an empty sequence (length 0)",
+            _padding_case(candidate, [0, 2], 3),
+            covers=frozenset({"max_len"}),
+        ),
+        Case("no padding at all", _padding_case(candidate, [3, 3], 3), weight=TRIVIAL),
+        Case("a single sequence", _padding_case(candidate, [4], 6), weight=TRIVIAL),
+        Case(
+            "lengths as a Python list [2, 4, 1]",
+            _padding_case(candidate, [2, 4, 1], as_list=True),
+            covers=frozenset({"lengths=list"}),
+        ),
+        Case(
+            "lengths as a list [1, 3], max_len=5",
+            _padding_case(candidate, [1, 3], 5, as_list=True),
+            covers=frozenset({"lengths=list", "max_len"}),
+        ),
     ]
     return run_cases("padding_mask", cases, timeout)

@@ -9,11 +9,13 @@ import torch
 
 from attention_course import multihead as ref
 
-from ._compare import expect_close, expect_grad, expect_tuple, fmt_shape
+from ._compare import expect_close, expect_grad, expect_like, expect_tuple, fmt_shape
 from ._data import leaf, randn, random_bool
+from ._dropout import expect_dropout_of, is_unchanged
 from ._modules import backward_both, build_pair, compare_param_grads
 from ._report import Report
 from ._runner import (
+    TRIVIAL,
     Case,
     CaseFailed,
     call_student,
@@ -94,11 +96,15 @@ def check_split_heads(candidate, *, timeout: float = 10.0) -> Report:
         return single_failure("split_heads", "is a function", problem)
     cases = [
         Case("(B, T, D) = (2, 3, 8), H = 2", _split_case(candidate, (2, 3, 8), 2, seed=71)),
-        Case("H = 1", _split_case(candidate, (2, 3, 6), 1, seed=72)),
+        Case("H = 1", _split_case(candidate, (2, 3, 6), 1, seed=72), weight=TRIVIAL),
         Case("H = 4", _split_case(candidate, (2, 5, 8), 4, seed=73)),
         Case("B = 1, T = 5, D = 6, H = 3", _split_case(candidate, (1, 5, 6), 3, seed=74)),
-        Case("T = 1", _split_case(candidate, (3, 1, 8), 2, seed=75)),
-        Case("gradient flows to x", _split_case(candidate, (2, 3, 8), 2, seed=76, grad=True)),
+        Case("T = 1", _split_case(candidate, (3, 1, 8), 2, seed=75), weight=TRIVIAL),
+        Case(
+            "gradient flows to x",
+            _split_case(candidate, (2, 3, 8), 2, seed=76, grad=True),
+            covers=frozenset({"grad"}),
+        ),
     ]
     return run_cases("split_heads", cases, timeout)
 
@@ -140,11 +146,15 @@ def check_merge_heads(candidate, *, timeout: float = 10.0) -> Report:
         return single_failure("merge_heads", "is a function", problem)
     cases = [
         Case("(B, H, T, Dh) = (2, 2, 3, 4)", _merge_case(candidate, (2, 2, 3, 4), seed=81)),
-        Case("H = 1", _merge_case(candidate, (2, 1, 3, 5), seed=82)),
+        Case("H = 1", _merge_case(candidate, (2, 1, 3, 5), seed=82), weight=TRIVIAL),
         Case("H = 4, T = 5", _merge_case(candidate, (2, 4, 5, 2), seed=83)),
-        Case("B = 1, T = 1", _merge_case(candidate, (1, 3, 1, 4), seed=84)),
-        Case("undoes split_heads", _merge_roundtrip(candidate)),
-        Case("gradient flows to x", _merge_case(candidate, (2, 3, 4, 2), seed=85, grad=True)),
+        Case("B = 1, T = 1", _merge_case(candidate, (1, 3, 1, 4), seed=84), weight=TRIVIAL),
+        Case("undoes split_heads", _merge_roundtrip(candidate), weight=TRIVIAL),
+        Case(
+            "gradient flows to x",
+            _merge_case(candidate, (2, 3, 4, 2), seed=85, grad=True),
+            covers=frozenset({"grad"}),
+        ),
     ]
     return run_cases("merge_heads", cases, timeout)
 
@@ -303,6 +313,72 @@ def _mha_grad(candidate):
     return run
 
 
+_MHA_DROPOUT_WHERE = (
+    "on the attention weights, inside the attention: "
+    "scaled_dot_product_attention(q, k, v, mask, dropout_p=self.dropout if self.training "
+    "else 0.0), as nn.MultiheadAttention does"
+)
+
+
+def _mha_dropout_case(candidate, init: dict):
+    """Training mode with dropout: the returned weights are the eval weights, dropped out,
+    and the output is computed from exactly those weights."""
+    p = init["dropout"]
+
+    def run():
+        student, reference = build_pair(candidate, ref.MultiHeadAttention, kwargs=init)
+        reference.eval()
+        query, key = randn(4, 16, init["d_model"], seed=99), randn(4, 16, init["d_model"], seed=100)
+        value = randn(4, 16, init["d_model"], seed=101)
+        clean_out, clean_w = reference(query, key, value)
+        student.train()
+        got = call_student(
+            student, query, key, value, what="mha(query, key, value) in training mode"
+        )
+        got_out, got_w = expect_tuple(got, 2, "MultiHeadAttention.forward", ("output", "weights"))
+        expect_like(got_w, clean_w, "weights")
+        expect_like(got_out, clean_out, "output")
+        if is_unchanged(got_w, clean_w) and is_unchanged(got_out, clean_out):
+            raise CaseFailed(
+                f"dropout is never applied: in training mode (module.train()) with "
+                f"dropout={p:g} about {p:.0%} of the attention weights must be set to 0; "
+                f"dropout goes {_MHA_DROPOUT_WHERE}"
+            )
+        if is_unchanged(got_w, clean_w):
+            raise CaseFailed(
+                "the returned weights are not dropped out but the output is random: either "
+                "dropout is applied somewhere else than on the attention weights (it goes "
+                f"{_MHA_DROPOUT_WHERE}), or you return the weights from before dropout "
+                "(return the weights the output was computed with)"
+            )
+        expect_dropout_of(
+            got_w,
+            clean_w,
+            p,
+            "weights",
+            ignored="dropout is never applied",
+            where=_MHA_DROPOUT_WHERE,
+        )
+        with torch.no_grad():
+            v = ref.split_heads(reference.w_v(value), reference.num_heads)  # (B, H, S, Dh)
+            heads = got_w.detach().to(v.dtype) @ v  # (B, H, T, S) @ (B, H, S, Dh)
+            expected = reference.w_o(ref.merge_heads(heads))  # (B, H, T, Dh) -> (B, T, D)
+        expect_close(
+            got_out,
+            expected,
+            "output (computed from your dropped-out weights)",
+            mistakes=[
+                (
+                    "the output uses the weights before dropout: the heads must be averaged "
+                    "with the dropped-out weights",
+                    lambda: clean_out,
+                )
+            ],
+        )
+
+    return run
+
+
 def _mha_attributes(candidate):
     def run():
         student, _ = build_pair(
@@ -332,7 +408,7 @@ def check_multi_head_attention(candidate, *, timeout: float = 10.0) -> Report:
     base = {"d_model": 8, "num_heads": 2}
     cross = {"d_model": 8, "num_heads": 2, "kdim": 5, "vdim": 7}
     cases = [
-        Case("attributes num_heads and d_head", _mha_attributes(candidate)),
+        Case("attributes num_heads and d_head", _mha_attributes(candidate), weight=TRIVIAL),
         Case(
             "self-attention, d_model=8, H=2",
             _mha_case(candidate, base, ((B, T, T), 8, 8)),
@@ -340,40 +416,62 @@ def check_multi_head_attention(candidate, *, timeout: float = 10.0) -> Report:
         Case(
             "H = 1",
             _mha_case(candidate, {"d_model": 6, "num_heads": 1}, ((B, T, T), 6, 6)),
+            weight=TRIVIAL,
         ),
         Case(
             "H = 4, a single query (T = 1)",
             _mha_case(candidate, {"d_model": 8, "num_heads": 4}, ((B, 1, S), 8, 8)),
+            weight=TRIVIAL,
         ),
         Case(
             "cross-attention: T != S, kdim=5, vdim=7",
             _mha_case(candidate, cross, ((B, T, S), 5, 7)),
+            covers=frozenset({"kdim", "vdim"}),
         ),
         Case(
             "bias=False",
             _mha_case(candidate, {**base, "bias": False}, ((B, T, S), 8, 8)),
+            covers=frozenset({"bias"}),
         ),
-        Case("causal mask (T, T)", _mha_case(candidate, base, ((B, T, T), 8, 8), mask=causal)),
+        Case(
+            "causal mask (T, T)",
+            _mha_case(candidate, base, ((B, T, T), 8, 8), mask=causal),
+            covers=frozenset({"mask", "mask=bool"}),
+        ),
         Case(
             "float additive causal mask (0 / -inf)",
             _mha_case(candidate, base, ((B, T, T), 8, 8), mask=additive),
+            covers=frozenset({"mask", "mask=float"}),
         ),
         Case(
             "padding mask (B, 1, 1, S)",
             _mha_case(candidate, cross, ((B, T, S), 5, 7), mask=padding),
+            covers=frozenset({"mask", "mask=bool", "kdim", "vdim"}),
         ),
         Case(
             "fully masked query row",
             _mha_case(candidate, base, ((B, T, S), 8, 8), mask=fully),
+            covers=frozenset({"mask", "mask=fully-masked-row"}),
         ),
         Case(
             "need_weights=False returns (output, None)",
             _mha_case(candidate, base, ((B, T, S), 8, 8), need_weights=False),
+            covers=frozenset({"need_weights"}),
         ),
         Case(
             "dropout=0.3 is off in eval mode",
             _mha_case(candidate, {**base, "dropout": 0.3}, ((B, T, S), 8, 8)),
+            covers=frozenset({"dropout", "mode=eval"}),
         ),
-        Case("gradients reach every parameter and input", _mha_grad(candidate)),
+        Case(
+            "training mode, dropout=0.3: the attention weights are dropped out",
+            _mha_dropout_case(candidate, {**base, "dropout": 0.3}),
+            covers=frozenset({"dropout", "mode=train", "dropout>0 in training"}),
+        ),
+        Case(
+            "gradients reach every parameter and input",
+            _mha_grad(candidate),
+            covers=frozenset({"grad", "mode=train", "mask", "mask=bool", "kdim", "vdim"}),
+        ),
     ]
     return run_cases(target, cases, timeout)

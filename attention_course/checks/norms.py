@@ -11,6 +11,7 @@ from ._data import leaf, randn
 from ._modules import backward_both, build_pair, compare_param_grads
 from ._report import Report
 from ._runner import (
+    TRIVIAL,
     Case,
     CaseFailed,
     call_student,
@@ -138,7 +139,11 @@ def check_layer_norm(candidate, *, timeout: float = 10.0) -> Report:
     x = 2.0 + 3.0 * randn(2, 3, 8, seed=101)
     tiny = 5.0 + 1e-3 * randn(2, 3, 8, seed=102)  # variance 1e-6, below eps = 1e-5
     cases = [
-        Case("parameters shaped like normalized_shape", _layer_norm_state(candidate)),
+        Case(
+            "parameters shaped like normalized_shape",
+            _layer_norm_state(candidate),
+            weight=TRIVIAL,
+        ),
         Case(
             "(B, T, D) input, normalized_shape=D (an int)",
             _layer_norm_case(candidate, {"normalized_shape": 8}, x),
@@ -146,10 +151,12 @@ def check_layer_norm(candidate, *, timeout: float = 10.0) -> Report:
         Case(
             "multi-axis normalized_shape=(T, D)",
             _layer_norm_case(candidate, {"normalized_shape": (3, 8)}, x),
+            covers=frozenset({"normalized_shape=tuple"}),
         ),
         Case(
             "2-D input (N, D), normalized_shape=[D]",
             _layer_norm_case(candidate, {"normalized_shape": [6]}, randn(5, 6, seed=103)),
+            covers=frozenset({"normalized_shape=list"}),
         ),
         Case(
             "tiny-variance input (variance below eps)",
@@ -160,14 +167,17 @@ def check_layer_norm(candidate, *, timeout: float = 10.0) -> Report:
             _layer_norm_case(
                 candidate, {"normalized_shape": 8, "eps": 1e-2}, 0.1 * randn(2, 3, 8, seed=104)
             ),
+            covers=frozenset({"eps"}),
         ),
         Case(
             "elementwise_affine=False (no parameters)",
             _layer_norm_case(candidate, {"normalized_shape": 8, "elementwise_affine": False}, x),
+            covers=frozenset({"elementwise_affine"}),
         ),
         Case(
             "gradients reach weight, bias and x",
             _layer_norm_case(candidate, {"normalized_shape": (3, 8)}, x, grad=True),
+            covers=frozenset({"grad", "normalized_shape=tuple"}),
         ),
     ]
     return run_cases(target, cases, timeout)
@@ -200,6 +210,29 @@ _BN_3D_DIMS = (
     "dims (0, 2): one mean and variance per channel"
 )
 _BN_EPS_OUTSIDE = _EPS_OUTSIDE
+_BN_WRONG_N = (
+    "running_var's correction N / (N - 1) used N = B, the batch size: for a (B, C, L) input "
+    "each channel's statistics are taken over N = B·L values, so the factor is "
+    "B·L / (B·L - 1)"
+)
+_BN_BROADCAST = (
+    "a per-channel tensor of shape (C,) lines up with the LAST axis of x, which for a "
+    "(B, C, L) input is L, not the channels: reshape the mean, variance, weight and bias to "
+    "(1, C, 1) before combining them with x"
+)
+
+
+def _bn_error_hint(three_d: bool):
+    """The hint for an exception raised by the student's BatchNorm."""
+
+    def hint(error_text: str) -> str | None:
+        if not three_d:
+            return None
+        if "must match the size" in error_text and "dimension 2" in error_text:
+            return _BN_BROADCAST  # x (B, C, L) met a (C,) tensor: L against C on the last axis
+        return _BN_3D_DIMS
+
+    return hint
 
 
 def _simulate_batch_norm(
@@ -217,6 +250,7 @@ def _simulate_batch_norm(
     no_update=False,
     dims_3d=(0, 2),
     eps_outside=False,
+    n_batch_only=False,
 ):
     """A from-scratch BatchNorm with switchable mistakes: outputs and running stats."""
     C = weight.shape[0]
@@ -235,6 +269,8 @@ def _simulate_batch_norm(
     for x in steps:
         dims = (0,) if x.dim() == 2 else dims_3d
         n = x.numel() // C if x.dim() == 2 or dims == (0, 2) else x.shape[0]
+        if n_batch_only:
+            n = x.shape[0]
         mean = x.mean(dim=dims)
         biased = x.var(dim=dims, unbiased=False)
         unbiased = biased * n / (n - 1)
@@ -268,6 +304,7 @@ _BN_MISTAKES = {
     _BN_EVAL_BATCH: {"eval_batch": True},
     _BN_NO_UPDATE: {"no_update": True},
     _BN_3D_DIMS: {"dims_3d": (0,)},
+    _BN_WRONG_N: {"n_batch_only": True},
 }
 
 
@@ -312,7 +349,7 @@ def _batch_norm_case(candidate, init: dict, three_d: bool, seed: int, what: str,
                 x,
                 what=f"bn(x) at training step {step + 1}",
                 arg_names=("x",),
-                error_hint=_BN_3D_DIMS if three_d else None,
+                error_hint=_bn_error_hint(three_d),
             )
             if what == "train":
                 expect_close(
@@ -386,7 +423,9 @@ def _batch_norm_grad(candidate):
         x = _batch_inputs(3, True, seed=121)[0]
         mine, theirs = leaf(x), leaf(x)
         expected = reference(theirs)
-        got = call_student(student, mine, what="bn(x)", arg_names=("x",), error_hint=_BN_3D_DIMS)
+        got = call_student(
+            student, mine, what="bn(x)", arg_names=("x",), error_hint=_bn_error_hint(True)
+        )
         expect_close(got, expected, "the training-mode output")
         backward_both(got, expected)
         compare_param_grads(student, reference, "BatchNorm1d")
@@ -439,32 +478,46 @@ def check_batch_norm(candidate, *, timeout: float = 10.0) -> Report:
         Case(
             "2-D input (B, C): training outputs",
             _batch_norm_case(candidate, two, False, 111, "train"),
+            covers=frozenset({"mode=train"}),
         ),
         Case(
             "2-D input: running_mean, running_var, num_batches_tracked over 3 steps",
             _batch_norm_case(candidate, two, False, 111, "running"),
+            covers=frozenset({"mode=train"}),
         ),
         Case(
             "2-D input: eval uses the running statistics",
             _batch_norm_case(candidate, two, False, 111, "eval"),
+            covers=frozenset({"mode=train", "mode=eval"}),
         ),
         Case(
             "3-D input (B, C, L), eps=1e-3, momentum=0.3: training outputs",
             _batch_norm_case(candidate, three, True, 115, "train"),
+            covers=frozenset({"mode=train", "input=(B, C, L)", "eps", "momentum"}),
         ),
         Case(
             "3-D input: running statistics over 3 steps",
             _batch_norm_case(candidate, three, True, 115, "running"),
+            covers=frozenset({"mode=train", "input=(B, C, L)", "eps", "momentum"}),
         ),
         Case(
             "3-D input: eval uses the running statistics",
             _batch_norm_case(candidate, three, True, 115, "eval"),
+            covers=frozenset({"mode=train", "mode=eval", "input=(B, C, L)", "eps", "momentum"}),
         ),
         Case(
             "tiny-variance input (variance below eps)",
             _batch_norm_case(candidate, two, False, 119, "train", tiny=True),
         ),
-        Case("a fresh module in eval mode", _batch_norm_fresh_eval(candidate)),
-        Case("gradients reach weight, bias and x (training mode)", _batch_norm_grad(candidate)),
+        Case(
+            "a fresh module in eval mode",
+            _batch_norm_fresh_eval(candidate),
+            covers=frozenset({"mode=eval"}),
+        ),
+        Case(
+            "gradients reach weight, bias and x (training mode)",
+            _batch_norm_grad(candidate),
+            covers=frozenset({"grad", "mode=train", "input=(B, C, L)"}),
+        ),
     ]
     return run_cases(target, cases, timeout)

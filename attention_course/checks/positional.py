@@ -8,7 +8,13 @@ from attention_course import positional as ref
 
 from ._compare import expect_close
 from ._report import Report
-from ._runner import Case, call_student, function_problem, run_cases, single_failure
+from ._runner import TRIVIAL, Case, call_student, function_problem, run_cases, single_failure
+
+_ODD_WIDTH = (
+    "with an odd d_model there are ceil(d/2) sine columns (0, 2, ..., d-1) but only "
+    "floor(d/2) cosine columns: fill `pe[:, 1::2]` with the cosines of the first d // 2 "
+    "angles, `torch.cos(angle[:, : d_model // 2])`"
+)
 
 
 def _table(
@@ -66,6 +72,11 @@ def _pe_mistakes(max_len: int, d_model: int, dtype: torch.dtype):
             table(exponent=pair, start=1),
         ),
         (
+            "for an odd d_model you built the table for d_model + 1 and dropped its last "
+            "column: the exponent divides by d_model itself, 10000^(2i/d_model)",
+            lambda: _table(max_len, d_model + 1, exponent=pair)[:, :d_model].to(dtype),
+        ),
+        (
             "the table is transposed: return (max_len, d_model)",
             lambda: _table(max_len, d_model, exponent=pair).T.contiguous().to(dtype),
         ),
@@ -80,6 +91,7 @@ def _pe_case(candidate, max_len: int, d_model: int):
             max_len,
             d_model,
             what=f"sinusoidal_positional_encoding({max_len}, {d_model})",
+            error_hint=_ODD_WIDTH if d_model % 2 == 1 else None,
         )
         expect_close(
             got,
@@ -100,10 +112,20 @@ def check_sinusoidal_positional_encoding(candidate, *, timeout: float = 10.0) ->
     if problem:
         return single_failure(target, "is a function", problem)
     cases = [
-        Case("max_len=10, d_model=16", _pe_case(candidate, 10, 16)),
-        Case("max_len=1, d_model=4 (position 0 only)", _pe_case(candidate, 1, 4)),
-        Case("max_len=50, d_model=6", _pe_case(candidate, 50, 6)),
-        Case("max_len=7, d_model=2 (one sin/cos pair)", _pe_case(candidate, 7, 2)),
-        Case("max_len=20, d_model=32", _pe_case(candidate, 20, 32)),
+        Case("max_len=10, d_model=16", _pe_case(candidate, 10, 16), covers=frozenset({"even"})),
+        Case("max_len=1, d_model=4 (position 0 only)", _pe_case(candidate, 1, 4), weight=TRIVIAL),
+        Case("max_len=50, d_model=6", _pe_case(candidate, 50, 6), covers=frozenset({"even"})),
+        Case("max_len=7, d_model=2 (one sin/cos pair)", _pe_case(candidate, 7, 2), weight=TRIVIAL),
+        Case("max_len=20, d_model=32", _pe_case(candidate, 20, 32), covers=frozenset({"even"})),
+        Case(
+            "odd width: max_len=12, d_model=5 (3 sine, 2 cosine columns)",
+            _pe_case(candidate, 12, 5),
+            covers=frozenset({"odd"}),
+        ),
+        Case(
+            "odd width: max_len=9, d_model=7 (4 sine, 3 cosine columns)",
+            _pe_case(candidate, 9, 7),
+            covers=frozenset({"odd"}),
+        ),
     ]
     return run_cases(target, cases, timeout)

@@ -6,11 +6,152 @@ import torch
 
 from attention_course import transformer as ref
 
-from ._compare import expect_close, expect_grad
+from ._compare import expect_close, expect_grad, expect_like, expect_tuple, fmt_shape
 from ._data import leaf, randn
+from ._dropout import expect_dropout_of, is_unchanged
 from ._modules import backward_both, build_pair, compare_param_grads
 from ._report import Report
-from ._runner import Case, CaseFailed, call_student, class_problem, run_cases, single_failure
+from ._runner import (
+    TRIVIAL,
+    Case,
+    CaseFailed,
+    call_student,
+    class_problem,
+    run_cases,
+    single_failure,
+)
+
+# ---------------------------------------------------------------- shared: dropout, weights
+
+_HEAD_AVERAGED = (
+    "the weights are averaged over the heads: return one map per head, (B, H, T, S), as "
+    "MultiHeadAttention returns them"
+)
+
+
+def _covers(*items: str) -> frozenset[str]:
+    return frozenset(items)
+
+
+def _record(module, name: str, store: dict, handles: list) -> None:
+    """Record the first input and the first output (its first element, for a tuple) of the
+    student's submodule ``name``."""
+    sub = getattr(module, name, None)
+    if not isinstance(sub, torch.nn.Module):
+        raise CaseFailed(f"your layer has no submodule `{name}` (the contract names it)")
+
+    def before(_, args):
+        if args:
+            store.setdefault(f"{name}.in", args[0])
+
+    def after(_, args, out):
+        store.setdefault(f"{name}.out", out[0] if isinstance(out, (tuple, list)) else out)
+
+    handles.append(sub.register_forward_pre_hook(before))
+    handles.append(sub.register_forward_hook(after))
+
+
+def _run_recorded(student, names, args, kwargs, what: str) -> tuple[object, dict]:
+    """Run the student's layer once, recording its submodules' inputs and outputs."""
+    store: dict = {}
+    handles: list = []
+    try:
+        for name in names:
+            _record(student, name, store, handles)
+        got = call_student(student, *args, what=what, **kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return got, store
+
+
+def _recorded(store: dict, key: str, shape) -> torch.Tensor:
+    """The recorded input or output ``key`` (e.g. ``"norm1.in"``), which must have the
+    stream's shape (B, T, D)."""
+    value = store.get(key)
+    module, side = key.split(".")
+    if not isinstance(value, torch.Tensor):
+        raise CaseFailed(
+            f"your forward never calls self.{module} (or it does not return a tensor): "
+            "use the layer's own submodules"
+        )
+    if tuple(value.shape) != tuple(shape):
+        what = "input" if side == "in" else "output"
+        raise CaseFailed(
+            f"the {what} of self.{module} has shape {fmt_shape(value.shape)}, expected the "
+            f"stream's shape {fmt_shape(shape)}"
+        )
+    return value.detach()
+
+
+def _expect_residual_dropout(residual, sublayer_out, p: float, k: int, sublayer: str) -> None:
+    """The residual branch ``residual`` must be ``dropout{k}(sublayer_out)``."""
+    where = (
+        f"on the output of the {sublayer}, before it is added to the stream: "
+        f"x + dropout{k}(sublayer(...))"
+    )
+    if is_unchanged(residual, sublayer_out):
+        raise CaseFailed(
+            f"residual dropout is never applied around the {sublayer}: in training mode with "
+            f"dropout={p:g}, about {p:.0%} of the {sublayer}'s output must be zeroed by "
+            f"self.dropout{k} = nn.Dropout(dropout) before the residual addition; it goes {where}"
+        )
+    expect_dropout_of(
+        residual,
+        sublayer_out,
+        p,
+        f"what is added to the stream after the {sublayer}",
+        ignored=f"residual dropout is never applied around the {sublayer}",
+        where=where,
+    )
+
+
+def _sublayer_drops(student, name: str, call) -> bool:
+    """Whether the student's sublayer ``name`` gives another result in training mode than
+    in eval mode on the same input (it was built with dropout > 0)."""
+    sub = getattr(student, name)
+    what = f"self.{name}(...)"
+    with torch.no_grad():
+        trained = call_student(lambda: call(sub), what=f"{what} in training mode")
+        call_student(sub.eval, what=f"{what}.eval()")
+        try:
+            evaluated = call_student(lambda: call(sub), what=f"{what} in eval mode")
+        finally:
+            call_student(sub.train, what=f"{what}.train()")
+    if isinstance(trained, (tuple, list)):
+        trained, evaluated = trained[0], evaluated[0]
+    return not (isinstance(trained, torch.Tensor) and is_unchanged(trained, evaluated))
+
+
+def _expect_sublayer_dropout(student, name: str, p: float, call) -> None:
+    """The student's sublayer ``name`` must have been built with the dropout argument."""
+    if not _sublayer_drops(student, name, call):
+        kind = "PositionwiseFeedForward" if name == "ffn" else "MultiHeadAttention"
+        raise CaseFailed(
+            f"the `dropout` argument does not reach self.{name}: in training mode with "
+            f"dropout={p:g} it gives the same output as in eval mode; build it with "
+            f"{kind}(..., dropout=dropout)"
+        )
+
+
+def _expect_some_dropout(student, branches, p: float, ffn_call) -> None:
+    """Name the mistake "dropout ignored everywhere" before the finer checks."""
+    if all(is_unchanged(r, s) for r, s in branches) and not _sublayer_drops(
+        student, "ffn", ffn_call
+    ):
+        raise CaseFailed(
+            f"the `dropout` argument is ignored: in training mode with dropout={p:g} nothing "
+            "is dropped, neither inside the sublayers nor on the residual branches; pass "
+            "`dropout` to MultiHeadAttention, PositionwiseFeedForward and every nn.Dropout"
+        )
+
+
+def _expect_attention_weights(got, expected: torch.Tensor, name: str, swapped=None) -> None:
+    mistakes = [(_HEAD_AVERAGED, lambda: expected.mean(dim=1))]
+    if swapped is not None:
+        mistakes.insert(0, swapped)
+    expect_close(got, expected, name, mistakes=mistakes)
+
 
 _PRE_WHEN_POST = (
     "this is pre-norm (x + sublayer(norm(x))) but norm_first=False asks for post-norm: "
@@ -120,6 +261,75 @@ def _encoder_case(candidate, init: dict, x, mask=None, grad=False, train=False):
     return run
 
 
+def _encoder_dropout_case(candidate, init: dict, x, mask=None):
+    """Training mode with dropout > 0, checked by its properties through the student's own
+    submodules: what is added to the stream is dropout(sublayer output)."""
+    p = init["dropout"]
+    norm_first = init.get("norm_first", False)
+
+    def run():
+        student, _ = build_pair(candidate, ref.EncoderLayer, kwargs=init)
+        student.train()
+        kwargs = {} if mask is None else {"mask": mask}
+        got, store = _run_recorded(
+            student,
+            ("self_attn", "ffn", "norm1", "norm2"),
+            (x,),
+            kwargs,
+            "layer(x" + (", mask)" if mask is not None else ")") + " in training mode",
+        )
+        expect_like(got, x, "the output")
+
+        def seen(key: str) -> torch.Tensor:
+            """What the student's submodule received or returned, e.g. seen("norm1.in")."""
+            return _recorded(store, key, x.shape)
+
+        sa, ff = seen("self_attn.out"), seen("ffn.out")
+        if norm_first:
+            first = seen("norm2.in") - x  # x + dropout1(sa(norm1(x))) - x
+            second = got.detach() - seen("norm2.in")
+        else:
+            first = seen("norm1.in") - x  # x + dropout1(sa(x)) - x
+            second = seen("norm2.in") - seen("norm1.out")
+        ffn_in = seen("ffn.in")
+        _expect_some_dropout(student, ((first, sa), (second, ff)), p, lambda m: m(ffn_in))
+        _expect_residual_dropout(first, sa, p, 1, "self-attention")
+        _expect_residual_dropout(second, ff, p, 2, "feed-forward network")
+        _expect_sublayer_dropout(student, "ffn", p, lambda m: m(ffn_in))
+        h = seen("self_attn.in")
+        _expect_sublayer_dropout(student, "self_attn", p, lambda m: m(h, h, h))
+
+    return run
+
+
+def _encoder_attention_case(candidate, init: dict, x, mask=None):
+    """``return_attention=True`` returns ``(x, weights (B, H, T, T))``."""
+
+    def run():
+        student, reference = build_pair(candidate, ref.EncoderLayer, kwargs=init)
+        student.eval()
+        reference.eval()
+        expected_x, expected_w = reference(x, mask, return_attention=True)
+        kwargs = (
+            {"return_attention": True} if mask is None else {"mask": mask, "return_attention": True}
+        )
+        what = "layer(x" + (", mask" if mask is not None else "") + ", return_attention=True)"
+        got = call_student(student, x, what=what, arg_names=("x",), **kwargs)
+        if isinstance(got, torch.Tensor):
+            raise CaseFailed(
+                f"{what} returned a single tensor of shape {fmt_shape(got.shape)}: with "
+                "return_attention=True return the pair (x, weights), with the self-attention "
+                "weights (B, H, T, T)"
+            )
+        got_x, got_w = expect_tuple(got, 2, what, ("x", "weights"))
+        with torch.no_grad():
+            variants = _encoder_variants(reference, x, mask, init.get("norm_first", False))
+        expect_close(got_x, expected_x, "the output x", mistakes=variants)
+        _expect_attention_weights(got_w, expected_w, "the attention weights")
+
+    return run
+
+
 def _attributes_case(candidate, reference_cls, names, init):
     def run():
         student, _ = build_pair(candidate, reference_cls, kwargs=init)
@@ -152,34 +362,86 @@ def check_encoder_layer(candidate, *, timeout: float = 10.0) -> Report:
     pre = {**post, "norm_first": True}
     padding = (torch.arange(T) < torch.tensor([3, 5])[:, None])[:, None, None, :]  # (B,1,1,T)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
+    big = randn(4, 8, 16, seed=153)
+    big_post = {"d_model": 16, "num_heads": 2, "d_ff": 32, "dropout": 0.3}
+    big_pre = {**big_post, "norm_first": True}
+    big_padding = (torch.arange(8) < torch.tensor([8, 5, 8, 6])[:, None])[:, None, None, :]
     cases = [
         Case(
             "attributes (self_attn, ffn, norm1, norm2, norm_first)",
             _attributes_case(candidate, ref.EncoderLayer, _ENCODER_ATTRIBUTES, pre),
+            weight=TRIVIAL,
         ),
-        Case("post-norm (norm_first=False)", _encoder_case(candidate, post, x)),
-        Case("pre-norm (norm_first=True)", _encoder_case(candidate, pre, x)),
         Case(
-            "post-norm with a padding mask (B, 1, 1, T)", _encoder_case(candidate, post, x, padding)
+            "post-norm (norm_first=False)",
+            _encoder_case(candidate, post, x),
+            covers=_covers("norm_first=False"),
         ),
-        Case("pre-norm with a causal mask (T, T)", _encoder_case(candidate, pre, x, causal)),
-        Case("T = 1", _encoder_case(candidate, post, x[:, :1])),
+        Case(
+            "pre-norm (norm_first=True)",
+            _encoder_case(candidate, pre, x),
+            covers=_covers("norm_first", "norm_first=True"),
+        ),
+        Case(
+            "post-norm with a padding mask (B, 1, 1, T)",
+            _encoder_case(candidate, post, x, padding),
+            covers=_covers("mask", "norm_first=False x mask"),
+        ),
+        Case(
+            "pre-norm with a causal mask (T, T)",
+            _encoder_case(candidate, pre, x, causal),
+            covers=_covers("mask", "norm_first", "norm_first=True x mask"),
+        ),
+        Case("T = 1", _encoder_case(candidate, post, x[:, :1]), weight=TRIVIAL),
         Case(
             "H = 1",
             _encoder_case(
                 candidate, {**post, "d_model": 6, "num_heads": 1}, randn(B, T, 6, seed=152)
             ),
+            weight=TRIVIAL,
         ),
         Case(
-            "dropout=0.2 is off in eval mode", _encoder_case(candidate, {**post, "dropout": 0.2}, x)
+            "dropout=0.2 is off in eval mode",
+            _encoder_case(candidate, {**post, "dropout": 0.2}, x),
+            covers=_covers("dropout", "mode=eval"),
+        ),
+        Case(
+            "post-norm, training mode, dropout=0.3: residual and sublayer dropout",
+            _encoder_dropout_case(candidate, big_post, big, big_padding),
+            covers=_covers(
+                "dropout", "mode=train", "dropout>0 in training", "norm_first=False x dropout"
+            ),
+        ),
+        Case(
+            "pre-norm, training mode, dropout=0.3: residual and sublayer dropout",
+            _encoder_dropout_case(candidate, big_pre, big),
+            covers=_covers(
+                "dropout",
+                "norm_first",
+                "mode=train",
+                "dropout>0 in training",
+                "norm_first=True x dropout",
+            ),
+        ),
+        Case(
+            "post-norm, return_attention=True: (x, weights (B, H, T, T))",
+            _encoder_attention_case(candidate, post, x, padding),
+            covers=_covers("return_attention", "mask", "norm_first=False x return_attention"),
+        ),
+        Case(
+            "pre-norm, return_attention=True",
+            _encoder_attention_case(candidate, pre, x),
+            covers=_covers("return_attention", "norm_first", "norm_first=True x return_attention"),
         ),
         Case(
             "gradients reach every parameter and x (post-norm)",
             _encoder_case(candidate, post, x, padding, grad=True, train=True),
+            covers=_covers("grad", "mask", "mode=train", "norm_first=False x grad"),
         ),
         Case(
             "gradients reach every parameter and x (pre-norm)",
             _encoder_case(candidate, pre, x, causal, grad=True, train=True),
+            covers=_covers("grad", "mask", "mode=train", "norm_first", "norm_first=True x grad"),
         ),
     ]
     return run_cases(target, cases, timeout)
@@ -315,6 +577,124 @@ def _decoder_case(
     return run
 
 
+def _decoder_dropout_case(candidate, init: dict, x, memory, tgt_mask=None, memory_mask=None):
+    """Training mode with dropout > 0: each of the three residual branches is
+    dropout(sublayer output), and the sublayers were built with the dropout argument."""
+    p = init["dropout"]
+    norm_first = init.get("norm_first", False)
+
+    def run():
+        student, _ = build_pair(candidate, ref.DecoderLayer, kwargs=init)
+        student.train()
+        kwargs = {}
+        if tgt_mask is not None:
+            kwargs["tgt_mask"] = tgt_mask
+        if memory_mask is not None:
+            kwargs["memory_mask"] = memory_mask
+        what = "layer(x, memory" + "".join(f", {k}=..." for k in kwargs) + ") in training mode"
+        got, store = _run_recorded(
+            student,
+            ("self_attn", "cross_attn", "ffn", "norm1", "norm2", "norm3"),
+            (x, memory),
+            kwargs,
+            what,
+        )
+        expect_like(got, x, "the output")
+
+        def seen(key: str) -> torch.Tensor:
+            """What the student's submodule received or returned, e.g. seen("norm1.in")."""
+            return _recorded(store, key, x.shape)
+
+        sa, ca = (
+            seen("self_attn.out"),
+            seen("cross_attn.out"),
+        )
+        ff = seen("ffn.out")
+        if norm_first:
+            first = seen("norm2.in") - x
+            second = seen("norm3.in") - seen("norm2.in")
+            third = got.detach() - seen("norm3.in")
+        else:
+            first = seen("norm1.in") - x
+            second = seen("norm2.in") - seen("norm1.out")
+            third = seen("norm3.in") - seen("norm2.out")
+        ffn_in = seen("ffn.in")
+        branches = ((first, sa), (second, ca), (third, ff))
+        _expect_some_dropout(student, branches, p, lambda m: m(ffn_in))
+        _expect_residual_dropout(first, sa, p, 1, "self-attention")
+        _expect_residual_dropout(second, ca, p, 2, "cross-attention")
+        _expect_residual_dropout(third, ff, p, 3, "feed-forward network")
+        _expect_sublayer_dropout(student, "ffn", p, lambda m: m(ffn_in))
+        h = seen("self_attn.in")
+        _expect_sublayer_dropout(student, "self_attn", p, lambda m: m(h, h, h))
+        q = seen("cross_attn.in")
+        _expect_sublayer_dropout(student, "cross_attn", p, lambda m: m(q, memory, memory))
+
+    return run
+
+
+_SELF_CROSS_SWAPPED = (
+    'the "self" and "cross" weights are swapped: "self" is the decoder\'s self-attention '
+    '(B, H, T, T), "cross" the cross-attention to memory (B, H, T, S)'
+)
+
+
+def _decoder_attention_case(candidate, init: dict, x, memory, tgt_mask=None, memory_mask=None):
+    """``return_attention=True`` returns ``(x, {"self": (B, H, T, T), "cross": (B, H, T, S)})``."""
+
+    def run():
+        student, reference = build_pair(candidate, ref.DecoderLayer, kwargs=init)
+        student.eval()
+        reference.eval()
+        expected_x, expected_w = reference(
+            x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask, return_attention=True
+        )
+        kwargs = {}
+        if tgt_mask is not None:
+            kwargs["tgt_mask"] = tgt_mask
+        if memory_mask is not None:
+            kwargs["memory_mask"] = memory_mask
+        what = (
+            "layer(x, memory" + "".join(f", {k}=..." for k in kwargs) + ", return_attention=True)"
+        )
+        got = call_student(
+            student,
+            x,
+            memory,
+            what=what,
+            arg_names=("x", "memory"),
+            return_attention=True,
+            **kwargs,
+        )
+        if isinstance(got, torch.Tensor):
+            raise CaseFailed(
+                f"{what} returned a single tensor of shape {fmt_shape(got.shape)}: with "
+                'return_attention=True return (x, {"self": self_weights, "cross": '
+                "cross_weights})"
+            )
+        got_x, got_w = expect_tuple(got, 2, what, ("x", "weights"))
+        with torch.no_grad():
+            variants = _decoder_variants(
+                reference, x, memory, tgt_mask, memory_mask, init.get("norm_first", False)
+            )
+        expect_close(got_x, expected_x, "the output x", mistakes=variants)
+        if not isinstance(got_w, dict) or set(got_w) != {"self", "cross"}:
+            shown = sorted(got_w) if isinstance(got_w, dict) else type(got_w).__name__
+            raise CaseFailed(
+                'the weights must be a dict {"self": self_weights, "cross": cross_weights}, '
+                f"got {shown}"
+            )
+        for key, other in (("self", "cross"), ("cross", "self")):
+            _expect_attention_weights(
+                got_w[key],
+                expected_w[key],
+                f'weights["{key}"]',
+                swapped=(_SELF_CROSS_SWAPPED, lambda other=other: expected_w[other]),
+            )
+
+    return run
+
+
 _DECODER_ATTRIBUTES = ("self_attn", "cross_attn", "ffn", "norm1", "norm2", "norm3", "norm_first")
 
 
@@ -332,38 +712,120 @@ def check_decoder_layer(candidate, *, timeout: float = 10.0) -> Report:
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     memory_padding = (torch.arange(S) < torch.tensor([4, 6])[:, None])[:, None, None, :]
     square = randn(B, S, D, seed=163)  # T = S: queries from memory would not change the shape
+    big_x, big_memory = randn(4, 8, 16, seed=164), randn(4, 10, 16, seed=165)
+    big_post = {"d_model": 16, "num_heads": 2, "d_ff": 32, "dropout": 0.3}
+    big_pre = {**big_post, "norm_first": True}
+    big_causal = torch.ones(8, 8, dtype=torch.bool).tril()
+    big_memory_padding = (torch.arange(10) < torch.tensor([10, 7, 9, 10])[:, None])[
+        :, None, None, :
+    ]  # (B, 1, 1, S)
     cases = [
         Case(
             "attributes (self_attn, cross_attn, ffn, norm1..3, norm_first)",
             _attributes_case(candidate, ref.DecoderLayer, _DECODER_ATTRIBUTES, pre),
+            weight=TRIVIAL,
         ),
         Case(
-            "post-norm, causal tgt_mask, T != S", _decoder_case(candidate, post, x, memory, causal)
+            "post-norm, causal tgt_mask, T != S",
+            _decoder_case(candidate, post, x, memory, causal),
+            covers=_covers("tgt_mask", "norm_first=False x tgt_mask"),
         ),
-        Case("pre-norm, causal tgt_mask, T != S", _decoder_case(candidate, pre, x, memory, causal)),
-        Case("no masks", _decoder_case(candidate, post, x, memory)),
         Case(
-            "memory_mask (B, 1, 1, S) hides padded source positions",
+            "pre-norm, causal tgt_mask, T != S",
+            _decoder_case(candidate, pre, x, memory, causal),
+            covers=_covers("tgt_mask", "norm_first", "norm_first=True x tgt_mask"),
+        ),
+        Case(
+            "no masks",
+            _decoder_case(candidate, post, x, memory),
+            covers=_covers("norm_first=False"),
+        ),
+        Case(
+            "post-norm, memory_mask (B, 1, 1, S) hides padded source positions",
             _decoder_case(candidate, post, x, memory, causal, memory_padding),
+            covers=_covers("tgt_mask", "memory_mask", "norm_first=False x memory_mask"),
+        ),
+        Case(
+            "pre-norm, memory_mask (B, 1, 1, S) hides padded source positions",
+            _decoder_case(candidate, pre, x, memory, causal, memory_padding),
+            covers=_covers(
+                "tgt_mask", "memory_mask", "norm_first", "norm_first=True x memory_mask"
+            ),
         ),
         Case(
             "T = S (the query/memory roles must still be right)",
             _decoder_case(candidate, pre, square, memory),
+            covers=_covers("norm_first", "norm_first=True"),
         ),
-        Case("T = 1", _decoder_case(candidate, post, x[:, :1], memory)),
+        Case("T = 1", _decoder_case(candidate, post, x[:, :1], memory), weight=TRIVIAL),
         Case(
             "dropout=0.2 is off in eval mode",
             _decoder_case(candidate, {**post, "dropout": 0.2}, x, memory, causal),
+            covers=_covers("dropout", "mode=eval"),
+        ),
+        Case(
+            "post-norm, training mode, dropout=0.3: residual and sublayer dropout",
+            _decoder_dropout_case(
+                candidate, big_post, big_x, big_memory, big_causal, big_memory_padding
+            ),
+            covers=_covers(
+                "dropout", "mode=train", "dropout>0 in training", "norm_first=False x dropout"
+            ),
+        ),
+        Case(
+            "pre-norm, training mode, dropout=0.3: residual and sublayer dropout",
+            _decoder_dropout_case(
+                candidate, big_pre, big_x, big_memory, big_causal, big_memory_padding
+            ),
+            covers=_covers(
+                "dropout",
+                "norm_first",
+                "mode=train",
+                "dropout>0 in training",
+                "norm_first=True x dropout",
+            ),
+        ),
+        Case(
+            'post-norm, return_attention=True: (x, {"self": ..., "cross": ...})',
+            _decoder_attention_case(candidate, post, x, memory, causal, memory_padding),
+            covers=_covers(
+                "return_attention",
+                "tgt_mask",
+                "memory_mask",
+                "norm_first=False x return_attention",
+            ),
+        ),
+        Case(
+            "pre-norm, return_attention=True",
+            _decoder_attention_case(candidate, pre, x, memory, causal, memory_padding),
+            covers=_covers(
+                "return_attention",
+                "tgt_mask",
+                "memory_mask",
+                "norm_first",
+                "norm_first=True x return_attention",
+            ),
         ),
         Case(
             "gradients reach every parameter, x and memory (post-norm)",
             _decoder_case(
                 candidate, post, x, memory, causal, memory_padding, grad=True, train=True
             ),
+            covers=_covers(
+                "grad", "mode=train", "tgt_mask", "memory_mask", "norm_first=False x grad"
+            ),
         ),
         Case(
             "gradients reach every parameter, x and memory (pre-norm)",
-            _decoder_case(candidate, pre, x, memory, causal, grad=True, train=True),
+            _decoder_case(candidate, pre, x, memory, causal, memory_padding, grad=True, train=True),
+            covers=_covers(
+                "grad",
+                "mode=train",
+                "tgt_mask",
+                "memory_mask",
+                "norm_first",
+                "norm_first=True x grad",
+            ),
         ),
     ]
     return run_cases(target, cases, timeout)

@@ -172,6 +172,40 @@ def sdpa_large_negative_fill(query, key, value, mask=None, dropout_p=0.0, scale=
     return weights @ value, weights
 
 
+def _correct_weights(query, key, value, mask, scale):
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    return _safe_softmax(_masked(query @ key.transpose(-2, -1) * scale, mask))
+
+
+def sdpa_ignores_dropout(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Never applies dropout, whatever `dropout_p` says."""
+    weights = _correct_weights(query, key, value, mask, scale)
+    return weights @ value, weights
+
+
+def sdpa_returns_weights_before_dropout(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Drops out the weights for the output, but returns the weights from before dropout."""
+    weights = _correct_weights(query, key, value, mask, scale)
+    dropped = torch.nn.functional.dropout(weights, p=dropout_p, training=True)
+    return dropped @ value, weights
+
+
+def sdpa_dropout_not_rescaled(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Zeroes weights with a random mask but forgets to scale the survivors by 1/(1 - p)."""
+    weights = _correct_weights(query, key, value, mask, scale)
+    if dropout_p > 0:
+        weights = weights * (torch.rand_like(weights) >= dropout_p)
+    return weights @ value, weights
+
+
+def sdpa_dropout_keep_probability(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Passes 1 - dropout_p to F.dropout, as if p were the probability of keeping."""
+    weights = _correct_weights(query, key, value, mask, scale)
+    if dropout_p > 0:
+        weights = torch.nn.functional.dropout(weights, p=1 - dropout_p, training=True)
+    return weights @ value, weights
+
+
 # ---------------------------------------------------------------- additive attention
 
 
@@ -296,6 +330,30 @@ CATALOGUE = [
     ),
     ("scaled_dot_product_attention", "scales by d_v", sdpa_scales_by_dv, "1/sqrt(d_v)"),
     ("scaled_dot_product_attention", "-1e9 fill", sdpa_large_negative_fill, "uniform weights"),
+    (
+        "scaled_dot_product_attention",
+        "ignores dropout",
+        sdpa_ignores_dropout,
+        "`dropout_p` is ignored",
+    ),
+    (
+        "scaled_dot_product_attention",
+        "returns weights before dropout",
+        sdpa_returns_weights_before_dropout,
+        "weights from before dropout",
+    ),
+    (
+        "scaled_dot_product_attention",
+        "dropout not rescaled",
+        sdpa_dropout_not_rescaled,
+        "not scaled by 1 / (1 - p)",
+    ),
+    (
+        "scaled_dot_product_attention",
+        "dropout p as keep probability",
+        sdpa_dropout_keep_probability,
+        "you passed 1 - p as the dropout probability",
+    ),
     ("additive_attention", "no tanh", AdditiveNoTanh, "tanh is missing"),
     ("additive_attention", "wrong parameter names", AdditiveWrongNames, "could not load"),
     ("additive_attention", "inverted mask", AdditiveInvertedMask, "mask is inverted"),

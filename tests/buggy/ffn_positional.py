@@ -63,6 +63,20 @@ class FFNSequential(nn.Module):
         return self.net(x)
 
 
+class FFNDropoutAfterLinear2(_FFNBase):
+    """Puts dropout after linear2 (on the output) instead of on the hidden activations."""
+
+    def forward(self, x):
+        return self.dropout(self.linear2(self.act(self.linear1(x))))
+
+
+class FFNIgnoresDropout(_FFNBase):
+    """Ignores the dropout argument: nn.Dropout(0.0) never drops anything."""
+
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu"):
+        super().__init__(d_model, d_ff, 0.0, activation)
+
+
 def pe_sin_cos_swapped(max_len, d_model):
     """Puts cos in the even columns and sin in the odd ones."""
     pe = torch.zeros(max_len, d_model)
@@ -121,12 +135,46 @@ def pe_float64(max_len, d_model):
     return pe
 
 
+def pe_literal_hint(max_len, d_model):
+    """Follows the hint literally: pe[:, 1::2] = cos(angle) with ceil(d/2) angles crashes on
+    an odd d_model."""
+    position = torch.arange(max_len).float()[:, None]
+    angle = position / 10000 ** (torch.arange(0, d_model, 2).float() / d_model)
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe
+
+
+def pe_odd_width_plus_one(max_len, d_model):
+    """For an odd d_model builds the table for d_model + 1 and cuts the last column."""
+    width = d_model + d_model % 2
+    position = torch.arange(max_len).float()[:, None]
+    angle = position / 10000 ** (torch.arange(0, width, 2).float() / width)
+    pe = torch.zeros(max_len, width)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe[:, :d_model]
+
+
 CATALOGUE = [
     ("positionwise_feed_forward", "no activation", FFNNoActivation, "activation is missing"),
     ("positionwise_feed_forward", "residual inside", FFNWithResidual, "you added a residual"),
     ("positionwise_feed_forward", "always relu", FFNAlwaysRelu, "`activation` argument is ignored"),
     ("positionwise_feed_forward", "tanh gelu", FFNTanhGelu, "tanh approximation"),
     ("positionwise_feed_forward", "nn.Sequential", FFNSequential, "missing: linear1.weight"),
+    (
+        "positionwise_feed_forward",
+        "dropout after linear2",
+        FFNDropoutAfterLinear2,
+        "dropout is applied after linear2",
+    ),
+    (
+        "positionwise_feed_forward",
+        "ignores dropout",
+        FFNIgnoresDropout,
+        "the `dropout` argument is ignored",
+    ),
     (
         "sinusoidal_positional_encoding",
         "sin/cos swapped",
@@ -148,4 +196,16 @@ CATALOGUE = [
         "[all sines | all cosines]",
     ),
     ("sinusoidal_positional_encoding", "float64", pe_float64, "expected dtype torch.float32"),
+    (
+        "sinusoidal_positional_encoding",
+        "crashes on odd d_model",
+        pe_literal_hint,
+        "only floor(d/2) cosine columns",
+    ),
+    (
+        "sinusoidal_positional_encoding",
+        "odd d_model as d_model + 1",
+        pe_odd_width_plus_one,
+        "built the table for d_model + 1",
+    ),
 ]

@@ -49,12 +49,31 @@ def padding_mask_loop_floats(lengths, max_len=None):
     return mask
 
 
+def causal_mask_ignores_device(size, device=None):
+    """Builds the mask on the default device, whatever `device` says."""
+    return torch.ones(size, size, dtype=torch.bool).tril()
+
+
+def causal_mask_moves_to_cpu(size, device=None):
+    """Builds on `device`, then moves it to the CPU "to be safe"."""
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril().cpu()
+
+
+def padding_mask_tensor_only(lengths, max_len=None):
+    """Uses tensor methods on `lengths` directly: crashes on a list of ints."""
+    max_len = int(lengths.max()) if max_len is None else max_len
+    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+
+
 CATALOGUE = [
     ("causal_mask", "diagonal excluded", causal_mask_no_diagonal, "diagonal is excluded"),
     ("causal_mask", "triu", causal_mask_triu, "use `torch.tril`, not `torch.triu`"),
     ("causal_mask", "inverted", causal_mask_inverted, "inverted"),
     ("causal_mask", "float mask", causal_mask_float, "expected torch.bool"),
+    ("causal_mask", "ignores device", causal_mask_ignores_device, "`device` argument is ignored"),
+    ("causal_mask", "moves to cpu", causal_mask_moves_to_cpu, "do not move it"),
     ("padding_mask", "inverted", padding_mask_inverted, "inverted"),
+    ("padding_mask", "tensor only", padding_mask_tensor_only, "list of ints as well as a tensor"),
     ("padding_mask", "<= instead of <", padding_mask_less_equal, "<= instead of <"),
     ("padding_mask", "ignores max_len", padding_mask_ignores_max_len, "`max_len` is ignored"),
     ("padding_mask", "float mask", padding_mask_loop_floats, "expected torch.bool"),

@@ -145,6 +145,18 @@ class MHAOneBigLinear(nn.Module):
         raise RuntimeError("never reached: the weights cannot be loaded")
 
 
+class MHANeverDropout(_MHABase):
+    """Stores `dropout` but never applies it, not even in training mode."""
+
+
+class MHADropoutOnOutput(_MHABase):
+    """Applies dropout to the output instead of the attention weights."""
+
+    def forward(self, query, key, value, mask=None, need_weights=True):
+        output, weights = super().forward(query, key, value, mask, need_weights)
+        return nn.functional.dropout(output, self.dropout, self.training), weights
+
+
 CATALOGUE = [
     ("split_heads", "no transpose", split_heads_no_transpose, "without the transpose"),
     ("split_heads", "interleaved", split_heads_interleaved, "wrong way round"),
@@ -163,4 +175,11 @@ CATALOGUE = [
     ("multi_head_attention", "averaged weights", MHAAveragedWeights, "averaged over the heads"),
     ("multi_head_attention", "inverted mask", MHAInvertedMask, "mask is inverted"),
     ("multi_head_attention", "packed in_proj", MHAOneBigLinear, "could not load"),
+    ("multi_head_attention", "never dropout", MHANeverDropout, "dropout is never applied"),
+    (
+        "multi_head_attention",
+        "dropout on the output",
+        MHADropoutOnOutput,
+        "dropout is applied somewhere else than on the attention weights",
+    ),
 ]

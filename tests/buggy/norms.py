@@ -183,6 +183,35 @@ class BatchNormForgetsCounter(_BatchNormBase):
             self.running_var.mul_(1 - m).add_(m * var * n / (n - 1))
 
 
+class BatchNormCorrectionUsesBatchSize(_BatchNormBase):
+    """Uses N = B (x.shape[0]) in running_var's N / (N - 1), also for (B, C, L) inputs."""
+
+    def forward(self, x):
+        if self.training:
+            self._batch = x.shape[0]
+        return super().forward(x)
+
+    def update(self, mean, var, n):
+        super().update(mean, var, self._batch)
+
+
+class BatchNormNoReshape(_BatchNormBase):
+    """Subtracts the (C,) statistics without reshaping them to (1, C, 1): for (B, C, L)
+    they broadcast against L."""
+
+    def forward(self, x):
+        dims = self.stats_dims(x)
+        if self.training:
+            mean, var = x.mean(dim=dims), self.batch_var(x, dims)
+            self.update(mean, var, x.numel() // x.shape[1])
+        else:
+            mean, var = self.running_mean, self.running_var
+        if x.dim() == 2:
+            return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+        y = (x - mean) / torch.sqrt(var + self.eps)
+        return y * self.weight + self.bias
+
+
 class BatchNormPlainAttributes(nn.Module):
     """Stores the running statistics as plain tensors, not buffers: they are not in the
     state_dict, so the reference's cannot be loaded (and .to(device) would not move them)."""
@@ -216,5 +245,7 @@ CATALOGUE = [
     ("batch_norm", "batch stats in eval", BatchNormEvalUsesBatch, "eval mode still uses the batch"),
     ("batch_norm", "3-D stats over batch only", BatchNormOnlyBatchAxis, "dims (0, 2)"),
     ("batch_norm", "num_batches_tracked", BatchNormForgetsCounter, "num_batches_tracked"),
+    ("batch_norm", "N = B in the correction", BatchNormCorrectionUsesBatchSize, "N = B·L values"),
+    ("batch_norm", "(C,) statistics not reshaped", BatchNormNoReshape, "reshape the mean"),
     ("batch_norm", "plain tensor attributes", BatchNormPlainAttributes, "register_buffer"),
 ]

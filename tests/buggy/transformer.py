@@ -31,6 +31,28 @@ class _EncoderBase(nn.Module):
         return self.norm2(x + self.ff(x))
 
 
+class _EncoderWithWeights(_EncoderBase):
+    """The correct layer, `return_attention` included; subclasses change one thing."""
+
+    def attend(self, h, mask):
+        out, weights = self.self_attn(h, h, h, mask=mask)
+        return self.dropout1(out), weights
+
+    def forward(self, x, mask=None, return_attention=False):
+        if self.norm_first:
+            h, weights = self.attend(self.norm1(x), mask)
+            x = x + h
+            x = x + self.ff(self.norm2(x))
+        else:
+            h, weights = self.attend(x, mask)
+            x = self.norm1(x + h)
+            x = self.norm2(x + self.ff(x))
+        return self.result(x, weights) if return_attention else x
+
+    def result(self, x, weights):
+        return x, weights
+
+
 class EncoderAlwaysPostNorm(_EncoderBase):
     """Ignores norm_first: always post-norm."""
 
@@ -78,6 +100,37 @@ class EncoderIgnoresMask(_EncoderBase):
 
     def sa(self, x, mask):
         return self.dropout1(self.self_attn(x, x, x)[0])
+
+
+class EncoderNoResidualDropout(_EncoderWithWeights):
+    """Builds dropout1/dropout2 but never applies them to the sublayer outputs."""
+
+    def attend(self, h, mask):
+        return self.self_attn(h, h, h, mask=mask)
+
+    def ff(self, x):
+        return self.ffn(x)
+
+
+class EncoderIgnoresDropout(_EncoderWithWeights):
+    """Ignores the dropout argument: every sublayer and dropout is built with 0.0."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, 0.0, norm_first)
+
+
+class EncoderAlwaysReturnsX(_EncoderWithWeights):
+    """Accepts return_attention but always returns x alone."""
+
+    def result(self, x, weights):
+        return x
+
+
+class EncoderAveragedWeights(_EncoderWithWeights):
+    """Returns the head-averaged weights (B, T, T) instead of one map per head."""
+
+    def result(self, x, weights):
+        return x, weights.mean(dim=1)
 
 
 class _DecoderBase(nn.Module):
@@ -153,6 +206,80 @@ class DecoderAlwaysPreNorm(_DecoderBase):
         return x + self.dropout3(self.ffn(self.norm3(x)))
 
 
+class _DecoderWithWeights(_DecoderBase):
+    """The correct decoder layer, `return_attention` included; subclasses change one thing."""
+
+    def self_block(self, h, mask):
+        out, weights = self.self_attn(h, h, h, mask=mask)
+        return self.dropout1(out), weights
+
+    def cross_block(self, h, memory, mask):
+        out, weights = self.cross_attn(h, memory, memory, mask=mask)
+        return self.dropout2(out), weights
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None, return_attention=False):
+        if self.norm_first:
+            h, self_w = self.self_block(self.norm1(x), tgt_mask)
+            x = x + h
+            h, cross_w = self.cross_block(self.norm2(x), memory, self.pre_memory_mask(memory_mask))
+            x = x + h
+            x = x + self.ffn_residual(self.ffn(self.norm3(x)))
+        else:
+            h, self_w = self.self_block(x, tgt_mask)
+            x = self.norm1(x + h)
+            h, cross_w = self.cross_block(x, memory, memory_mask)
+            x = self.norm2(x + h)
+            x = self.norm3(x + self.dropout3(self.ffn(x)))
+        if return_attention:
+            return x, self.weights(self_w, cross_w)
+        return x
+
+    def pre_memory_mask(self, memory_mask):
+        return memory_mask
+
+    def ffn_residual(self, h):
+        return self.dropout3(h)
+
+    def weights(self, self_w, cross_w):
+        return {"self": self_w, "cross": cross_w}
+
+
+class DecoderSwappedWeights(_DecoderWithWeights):
+    """Returns the self- and cross-attention weights under each other's names."""
+
+    def weights(self, self_w, cross_w):
+        return {"self": cross_w, "cross": self_w}
+
+
+class DecoderAveragedWeights(_DecoderWithWeights):
+    """Returns head-averaged weights (B, T, S) for the cross-attention."""
+
+    def weights(self, self_w, cross_w):
+        return {"self": self_w, "cross": cross_w.mean(dim=1)}
+
+
+class DecoderPreNormIgnoresMemoryMask(_DecoderWithWeights):
+    """Forgets memory_mask in the pre-norm branch only (post-norm passes it on)."""
+
+    def pre_memory_mask(self, memory_mask):
+        return None
+
+
+class DecoderFFNWithoutDropout(_DecoderWithWeights):
+    """Builds its feed-forward network without the dropout argument."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff)
+
+
+class DecoderPreNormNoFFNDropout(_DecoderWithWeights):
+    """Forgets dropout3 on the feed-forward branch, in the pre-norm branch only."""
+
+    def ffn_residual(self, h):
+        return h
+
+
 CATALOGUE = [
     (
         "encoder_layer",
@@ -174,6 +301,60 @@ CATALOGUE = [
         "residual starts from the normalised x",
     ),
     ("encoder_layer", "ignores mask", EncoderIgnoresMask, "mask is not passed"),
+    (
+        "encoder_layer",
+        "no residual dropout",
+        EncoderNoResidualDropout,
+        "residual dropout is never applied around the self-attention",
+    ),
+    (
+        "encoder_layer",
+        "ignores dropout",
+        EncoderIgnoresDropout,
+        "the `dropout` argument is ignored",
+    ),
+    (
+        "encoder_layer",
+        "always returns x",
+        EncoderAlwaysReturnsX,
+        "with return_attention=True return the pair (x, weights)",
+    ),
+    (
+        "encoder_layer",
+        "head-averaged weights",
+        EncoderAveragedWeights,
+        "the weights are averaged over the heads",
+    ),
+    (
+        "decoder_layer",
+        "self/cross swapped",
+        DecoderSwappedWeights,
+        'the "self" and "cross" weights are swapped',
+    ),
+    (
+        "decoder_layer",
+        "head-averaged cross weights",
+        DecoderAveragedWeights,
+        "the weights are averaged over the heads",
+    ),
+    (
+        "decoder_layer",
+        "memory_mask ignored in pre-norm",
+        DecoderPreNormIgnoresMemoryMask,
+        "memory_mask is not passed to the cross-attention",
+    ),
+    (
+        "decoder_layer",
+        "no FFN dropout in pre-norm",
+        DecoderPreNormNoFFNDropout,
+        "residual dropout is never applied around the feed-forward network",
+    ),
+    (
+        "decoder_layer",
+        "FFN built without dropout",
+        DecoderFFNWithoutDropout,
+        "the `dropout` argument does not reach self.ffn",
+    ),
     (
         "decoder_layer",
         "queries from memory",

@@ -1,0 +1,157 @@
+"""The coverage rule: every argument and mode of a target's contract is exercised by at
+least one case of its checker.
+
+Each `Case` of a checker names, in ``covers``, the arguments and modes it sets away from
+their defaults; a report collects them in ``report.covered``. The required items of a
+target are derived from the reference's signature (every parameter with a default, of
+the function, or of the class's ``__init__`` and ``forward``) plus the modes listed in
+`REQUIRED_MODES` below (training vs eval, dropout > 0 in training, every mask kind the
+statement allows, odd and even sizes, options crossed with ``norm_first``, list inputs,
+the meta device, gradient flow). What a checker deliberately does not test is listed in
+`EXEMPT` with the reason, and the exercise statement says so.
+
+Run with ``-s`` to print the table of what each checker exercises.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+import attention_course as ac
+from attention_course.checks import CHECKERS
+
+REFERENCES = {
+    "soft_argmax": ac.soft_argmax,
+    "set_attention": ac.set_attention,
+    "scaled_dot_product_attention": ac.scaled_dot_product_attention,
+    "additive_attention": ac.AdditiveAttention,
+    "causal_mask": ac.causal_mask,
+    "padding_mask": ac.padding_mask,
+    "split_heads": ac.split_heads,
+    "merge_heads": ac.merge_heads,
+    "multi_head_attention": ac.MultiHeadAttention,
+    "layer_norm": ac.LayerNorm,
+    "batch_norm": ac.BatchNorm1d,
+    "positionwise_feed_forward": ac.PositionwiseFeedForward,
+    "sinusoidal_positional_encoding": ac.sinusoidal_positional_encoding,
+    "encoder_layer": ac.EncoderLayer,
+    "decoder_layer": ac.DecoderLayer,
+}
+
+_GRAD = {"grad"}
+_TRAIN_EVAL_DROPOUT = {"mode=train", "mode=eval", "dropout>0 in training"}
+
+
+def _crossed_with_norm_first(*options: str) -> set[str]:
+    """Each option exercised with both values of norm_first (a mistake often lives in one
+    branch)."""
+    return {f"norm_first={value} x {option}" for value in (True, False) for option in options}
+
+
+REQUIRED_MODES: dict[str, set[str]] = {
+    "soft_argmax": _GRAD,
+    "set_attention": _GRAD,
+    "scaled_dot_product_attention": _GRAD | {"mask=bool", "mask=float", "mask=fully-masked-row"},
+    "additive_attention": _GRAD
+    | {"mask=(B, S)", "mask=(B, 1, S)", "mask=(B, T, S)", "mask=fully-masked-row"},
+    "causal_mask": {"device=meta"},
+    "padding_mask": {"lengths=list"},
+    "split_heads": _GRAD,
+    "merge_heads": _GRAD,
+    "multi_head_attention": _GRAD
+    | _TRAIN_EVAL_DROPOUT
+    | {"mask=bool", "mask=float", "mask=fully-masked-row"},
+    "layer_norm": _GRAD | {"normalized_shape=tuple", "normalized_shape=list"},
+    "batch_norm": _GRAD | {"mode=train", "mode=eval", "input=(B, C, L)"},
+    "positionwise_feed_forward": _GRAD | _TRAIN_EVAL_DROPOUT,
+    "sinusoidal_positional_encoding": {"odd", "even"},
+    "encoder_layer": _GRAD
+    | _TRAIN_EVAL_DROPOUT
+    | _crossed_with_norm_first("mask", "dropout", "return_attention", "grad"),
+    "decoder_layer": _GRAD
+    | _TRAIN_EVAL_DROPOUT
+    | _crossed_with_norm_first("tgt_mask", "memory_mask", "dropout", "return_attention", "grad"),
+}
+
+EXEMPT: dict[tuple[str, str], str] = {
+    ("sinusoidal_positional_encoding", "device"): (
+        "a keyword-only extra of the reference; exercise 09 asks for "
+        "sinusoidal_positional_encoding(max_len, d_model) only"
+    ),
+    ("sinusoidal_positional_encoding", "dtype"): (
+        "a keyword-only extra of the reference; exercise 09 asks for torch's default dtype"
+    ),
+    ("decoder_layer", "cache"): (
+        "the key/value cache of incremental decoding (chapter 12) is not part of exercise "
+        "10's signature"
+    ),
+    ("batch_norm", "momentum=None"): (
+        "nn.BatchNorm1d's cumulative average; exercise 07 says it is not part of the task"
+    ),
+}
+
+
+def _parameters_with_defaults(reference) -> list[str]:
+    """The parameters of the contract that have a default (and so can be left out)."""
+    if isinstance(reference, type):
+        signatures = [inspect.signature(reference.__init__), inspect.signature(reference.forward)]
+    else:
+        signatures = [inspect.signature(reference)]
+    names = []
+    for signature in signatures:
+        for name, param in signature.parameters.items():
+            if name != "self" and param.default is not inspect.Parameter.empty:
+                names.append(name)
+    return names
+
+
+def required_items(target: str) -> set[str]:
+    items = set(_parameters_with_defaults(REFERENCES[target])) | REQUIRED_MODES[target]
+    if target == "batch_norm":
+        items.add("momentum=None")
+    return {item for item in items if (target, item) not in EXEMPT}
+
+
+def _covered(target: str) -> frozenset[str]:
+    torch.ones(2, 2, dtype=torch.bool, device="meta").tril()  # load the meta kernels once
+    report = CHECKERS[target](REFERENCES[target])
+    assert report.passed, str(report)
+    return report.covered
+
+
+def test_every_checker_has_a_reference():
+    assert set(CHECKERS) == set(REFERENCES) == set(REQUIRED_MODES)
+
+
+@pytest.mark.parametrize("target", list(REFERENCES))
+def test_checker_covers_the_contract(target):
+    missing = required_items(target) - _covered(target)
+    assert not missing, (
+        f"check_{target} has no case exercising {sorted(missing)}: add a case (with "
+        "`covers=`) or list the item in EXEMPT with the reason"
+    )
+
+
+def test_exemptions_name_real_parameters_or_modes():
+    for (target, item), reason in EXEMPT.items():
+        assert target in REFERENCES and reason
+        known = set(_parameters_with_defaults(REFERENCES[target])) | {"momentum=None"}
+        assert item in known, (target, item)
+
+
+def test_print_coverage_table(capsys):
+    """Not a check: prints what each checker exercises (``pytest -s`` shows it)."""
+    rows = []
+    for target in REFERENCES:
+        covered = sorted(_covered(target))
+        exempt = sorted(item for (t, item) in EXEMPT if t == target)
+        rows.append(
+            f"{target}: "
+            + ", ".join(covered)
+            + (f"  [exempt: {', '.join(exempt)}]" if exempt else "")
+        )
+    with capsys.disabled():
+        print("\n" + "\n".join(rows))

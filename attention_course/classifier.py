@@ -9,7 +9,11 @@ twice: in self-attention (no real token attends to padding) and in the pooling
 pooled vector, and so the prediction, changes when a sentence is padded more.
 
 BERT (Devlin et al., 2019) reads the output at a special ``[CLS]`` position
-instead of pooling; mean pooling is the simpler choice and the lecture's.
+instead of pooling. The lecture's ``TransformerClassifier`` takes the maximum
+over time of the encoder outputs over *every* position, padding included,
+without a mask: the mistake chapter 11 measures. Here ``pooling="max"`` uses
+:func:`masked_max_pool` and ``pooling="mean"`` (the default)
+:func:`masked_mean_pool`; both ignore the padding.
 """
 
 from __future__ import annotations

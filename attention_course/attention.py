@@ -223,7 +223,11 @@ def scaled_dot_product_attention(
     elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise ValueError(f"scale: got {scale!r}, expected a float or None")
 
-    scores = query @ key.transpose(-2, -1) * scale  # (..., T, Dk) @ (..., Dk, S) -> (..., T, S)
+    # Scale the query *before* the product (PyTorch's reference path also scales before it):
+    # in float16 an unscaled q . k can exceed 65504 and become inf (d_k = 64 entries of 32
+    # give 65536), and inf - inf is NaN in the softmax; (q / sqrt(d_k)) . k stays 8192.
+    # See chapter 4, "Large scores in half precision".
+    scores = (query * scale) @ key.transpose(-2, -1)  # (..., T, Dk) @ (..., Dk, S) -> (..., T, S)
     weights = masked_softmax(scores, mask)  # each row sums to 1 over the S keys
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)

@@ -199,6 +199,22 @@ def test_sdpa_float32_additive_mask_works_with_every_dtype(dtype):
     assert_close(out, scaled_dot_product_attention(q, k, v, mask)[0])
 
 
+def test_sdpa_float16_scores_that_overflow_unscaled_stay_finite():
+    # d_k = 64 entries of 32: q . k = 65536 is inf in float16 (largest finite: 65504), but
+    # (q / sqrt(d_k)) . k = 8192 is not. Scaling after the product would give NaN weights.
+    q = torch.full((1, 64), 32.0, dtype=torch.float16)  # (T=1, Dk)
+    k = torch.stack([q[0], torch.zeros(64, dtype=torch.float16)])  # (S=2, Dk)
+    v = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float16)  # (S, Dv)
+    assert bool(torch.isinf(q @ k.T).any())  # the unscaled product really overflows
+    out, weights = scaled_dot_product_attention(q, k, v)
+    assert bool(torch.isfinite(out).all() and torch.isfinite(weights).all())
+    assert weights.tolist() == [[1.0, 0.0]]
+    assert_close(out, F.scaled_dot_product_attention(q, k, v))
+    assert_close(tiled_attention(q, k, v, block_size=1), out)  # scales each query tile first
+    expected = torch.softmax(q.float() @ k.float().T / 8, -1)  # the same scores in float32
+    assert_close(weights.float(), expected)
+
+
 def test_sdpa_dropout_output_uses_the_returned_weights():
     q, k, v = qkv()
     out, weights = scaled_dot_product_attention(q, k, v, dropout_p=0.5)

@@ -61,11 +61,13 @@ def filter_logits(
     (here always 1: the most probable token is never dropped) and
     ``filter_value`` (here always ``-inf``); ``TopPLogitsWarper`` accepts
     ``top_p = 0`` (keeping ``min_tokens_to_keep`` tokens), which is a
-    ``ValueError`` here; it removes tokens whose ascending cumulative
-    probability is ``<= 1 - top_p``, which is the same rule in exact
-    arithmetic, but in floating point a token that brings the mass exactly to
-    ``top_p`` can leave the next one kept, and its ties at the boundary are
-    broken by sort order. ``TopKLogitsWarper`` keeps ties like this function.
+    ``ValueError`` here. ``TopPLogitsWarper`` removes the tokens whose ascending
+    cumulative probability is ``<= 1 - top_p``: the same rule in exact
+    arithmetic, but ``1 - top_p`` and a cumulative sum from the other end round
+    differently, so the two can disagree on a token whose cumulative
+    probability lies within rounding error of ``top_p``; and it breaks ties
+    at the boundary by sort order, keeping only some of the tied tokens.
+    ``TopKLogitsWarper`` keeps ties like this function.
 
     Shapes:
         logits: ``(..., V)``, any floating dtype; returns ``(..., V)``, same dtype.

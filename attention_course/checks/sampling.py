@@ -229,7 +229,10 @@ def _expect_filtered(got, expected: torch.Tensor, name: str, mistakes, hints) ->
                 message += "".join(f"\n- {description}." for description, _ in matches[:3])
             else:
                 for hint in hints:
-                    text = hint(got_t)
+                    try:
+                        text = hint(got_t)
+                    except Exception:  # noqa: BLE001 - a hint that cannot be computed is silent
+                        text = None
                     if text:
                         message += f"\nHint: {text}."
                         break

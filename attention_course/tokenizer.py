@@ -11,6 +11,7 @@ the price of longer sequences.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from numbers import Integral
 
 import torch
 
@@ -80,7 +81,7 @@ class CharTokenizer:
             ids = ids.reshape(-1).tolist()
         else:
             ids = list(ids)
-            if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            if not all(isinstance(i, Integral) and not isinstance(i, bool) for i in ids):
                 raise ValueError("ids: expected a 1-D integer tensor or a list of ints")
         for position, i in enumerate(ids):
             if not 0 <= i < self.vocab_size:
@@ -88,4 +89,4 @@ class CharTokenizer:
                     f"ids: id {i} at position {position} is outside the vocabulary "
                     f"[0, {self.vocab_size})"
                 )
-        return "".join(self.chars[i] for i in ids)
+        return "".join(self.chars[int(i)] for i in ids)

@@ -321,7 +321,7 @@ def _scaled(*shape: int, seed: int, scale: float = 2.0, dtype=torch.float64):
 
 
 def _tied():
-    """Three logits tied at the 2nd-largest value in each row."""
+    """Logits tied at the 2nd-largest value: three of them in row 0, four in row 1."""
     return lambda: torch.tensor(
         [[1.0, 2.0, 2.0, 3.0, 2.0, -1.0], [0.5, 0.5, 0.5, 0.5, -2.0, 4.0]], dtype=torch.float64
     )

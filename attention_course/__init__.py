@@ -9,6 +9,7 @@ Shape names used in every docstring and shape comment:
 - ``H``  number of heads, ``num_heads``
 - ``Dh`` width of one head, ``D / H``
 - ``F``  hidden width of the feed-forward network, ``d_ff``
+- ``V``  vocabulary size (the language models of Part V)
 
 Masks are boolean with **True = may attend**, broadcastable to ``(B, H, T, S)``
 (the convention of ``F.scaled_dot_product_attention``); float masks are
@@ -47,6 +48,12 @@ from .transformer import (
     greedy_decode,
 )
 
+# isort: split
+# Part V (chapters 13-17): decoder-only language models.
+from .ngram import NGramModel
+from .sampling import filter_logits
+from .tokenizer import CharTokenizer
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -84,4 +91,8 @@ __all__ = [
     "tiled_attention",
     "to_additive_mask",
     "to_torch_mha_mask",
+    # Part V
+    "CharTokenizer",
+    "NGramModel",
+    "filter_logits",
 ]

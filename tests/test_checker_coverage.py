@@ -39,6 +39,8 @@ REFERENCES = {
     "sinusoidal_positional_encoding": ac.sinusoidal_positional_encoding,
     "encoder_layer": ac.EncoderLayer,
     "decoder_layer": ac.DecoderLayer,
+    # Part V
+    "filter_logits": ac.filter_logits,
 }
 
 _GRAD = {"grad"}
@@ -74,6 +76,20 @@ REQUIRED_MODES: dict[str, set[str]] = {
     "decoder_layer": _GRAD
     | _TRAIN_EVAL_DROPOUT
     | _crossed_with_norm_first("tgt_mask", "memory_mask", "dropout", "return_attention", "grad"),
+    # Part V
+    "filter_logits": {
+        "top_k+top_p",
+        "ties at the k-th value",
+        "top_p crossing",
+        "top_p reached exactly",
+        "top_k>=V",
+        "top_p=1",
+        "shape=(B, T, V)",
+        "dtype=float32",
+        "dtype=float64",
+        "bad top_k",
+        "bad top_p",
+    },
 }
 
 EXEMPT: dict[tuple[str, str], str] = {

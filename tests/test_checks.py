@@ -41,6 +41,8 @@ REFERENCES = {
     "sinusoidal_positional_encoding": ac.sinusoidal_positional_encoding,
     "encoder_layer": ac.EncoderLayer,
     "decoder_layer": ac.DecoderLayer,
+    # Part V
+    "filter_logits": ac.filter_logits,
 }
 
 # PyTorch loads its meta-device kernels on their first use (about 3 s, once per process);

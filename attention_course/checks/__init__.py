@@ -51,6 +51,7 @@ from .masking import check_causal_mask, check_padding_mask
 from .multihead import check_merge_heads, check_multi_head_attention, check_split_heads
 from .norms import check_batch_norm, check_layer_norm
 from .positional import check_sinusoidal_positional_encoding
+from .sampling import check_filter_logits
 from .transformer import check_decoder_layer, check_encoder_layer
 
 CHECKERS = {
@@ -69,6 +70,8 @@ CHECKERS = {
     "sinusoidal_positional_encoding": check_sinusoidal_positional_encoding,
     "encoder_layer": check_encoder_layer,
     "decoder_layer": check_decoder_layer,
+    # Part V
+    "filter_logits": check_filter_logits,
 }
 """Every checker by target name, e.g. ``CHECKERS["soft_argmax"]``."""
 

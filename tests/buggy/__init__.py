@@ -6,7 +6,7 @@ is not None its report must contain that phrase (the named mistake). Every
 implementation's docstring says what is wrong with it.
 """
 
-from . import attention, ffn_positional, masking, multihead, norms, transformer
+from . import attention, ffn_positional, masking, multihead, norms, sampling, transformer
 
 CATALOGUE = [
     *attention.CATALOGUE,
@@ -15,4 +15,5 @@ CATALOGUE = [
     *norms.CATALOGUE,
     *ffn_positional.CATALOGUE,
     *transformer.CATALOGUE,
+    *sampling.CATALOGUE,
 ]

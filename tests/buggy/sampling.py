@@ -1,0 +1,188 @@
+"""Buggy top-k / top-p filters (filter_logits, chapter 13)."""
+
+import torch
+
+
+def _top_k(logits, top_k):
+    k = min(top_k, logits.size(-1))
+    kth = torch.topk(logits, k).values[..., -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def _top_p(logits, top_p):
+    probs = logits.softmax(-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    before = sorted_probs.cumsum(-1) - sorted_probs
+    remove_sorted = before >= top_p
+    remove = remove_sorted.scatter(-1, order, remove_sorted)
+    return logits.masked_fill(remove, float("-inf"))
+
+
+def _check(top_k, top_p):
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k: got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p: got {top_p}")
+
+
+def filter_logits_keeps_k_plus_one(logits, top_k=None, top_p=None):
+    """Takes the threshold at sorted index k instead of k - 1: keeps k + 1 tokens."""
+    _check(top_k, top_p)
+    if top_k is not None and top_k < logits.size(-1):
+        kth = logits.sort(dim=-1, descending=True).values[..., top_k : top_k + 1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        logits = _top_p(logits, top_p)
+    return logits
+
+
+def filter_logits_drops_crossing_token(logits, top_k=None, top_p=None):
+    """Removes every token where the cumulative sum exceeds top_p, without the shift:
+    the token that crosses top_p is dropped too (the most probable one is kept)."""
+    _check(top_k, top_p)
+    if top_k is not None:
+        logits = _top_k(logits, top_k)
+    if top_p is not None:
+        sorted_probs, order = logits.softmax(-1).sort(dim=-1, descending=True)
+        remove_sorted = sorted_probs.cumsum(-1) > top_p
+        remove_sorted[..., 0] = False
+        remove = remove_sorted.scatter(-1, order, remove_sorted)
+        logits = logits.masked_fill(remove, float("-inf"))
+    return logits
+
+
+def filter_logits_fills_zero(logits, top_k=None, top_p=None):
+    """Sets the dropped logits to 0: they keep probability exp(0) / sum."""
+    _check(top_k, top_p)
+    kept = logits
+    if top_k is not None:
+        kept = _top_k(kept, top_k)
+    if top_p is not None:
+        kept = _top_p(kept, top_p)
+    return torch.where(torch.isfinite(kept), logits, torch.zeros_like(logits))
+
+
+def filter_logits_top_p_wins(logits, top_k=None, top_p=None):
+    """`if top_p ... elif top_k`: top_k is ignored whenever top_p is given."""
+    _check(top_k, top_p)
+    if top_p is not None:
+        return _top_p(logits, top_p)
+    if top_k is not None:
+        return _top_k(logits, top_k)
+    return logits.clone()
+
+
+def filter_logits_ascending(logits, top_k=None, top_p=None):
+    """Sorts in ascending order: keeps the smallest logits and probabilities."""
+    _check(top_k, top_p)
+    if top_k is not None:
+        k = min(top_k, logits.size(-1))
+        kth = logits.sort(dim=-1).values[..., k - 1 : k]
+        logits = logits.masked_fill(logits > kth, float("-inf"))
+    if top_p is not None:
+        sorted_probs, order = logits.softmax(-1).sort(dim=-1)
+        remove_sorted = sorted_probs.cumsum(-1) - sorted_probs >= top_p
+        remove = remove_sorted.scatter(-1, order, remove_sorted)
+        logits = logits.masked_fill(remove, float("-inf"))
+    return logits
+
+
+def filter_logits_top_p_first(logits, top_k=None, top_p=None):
+    """Applies top_p before top_k, to probabilities not renormalised over the k kept."""
+    _check(top_k, top_p)
+    if top_p is not None:
+        logits = _top_p(logits, top_p)
+    if top_k is not None:
+        logits = _top_k(logits, top_k)
+    return logits
+
+
+def filter_logits_scatter_k_indices(logits, top_k=None, top_p=None):
+    """Keeps exactly the k indices torch.topk returns: tokens tied at the k-th value go."""
+    _check(top_k, top_p)
+    if top_k is not None:
+        k = min(top_k, logits.size(-1))
+        keep = torch.zeros_like(logits, dtype=torch.bool)
+        keep = keep.scatter(-1, torch.topk(logits, k).indices, True)
+        logits = logits.masked_fill(~keep, float("-inf"))
+    if top_p is not None:
+        logits = _top_p(logits, top_p)
+    return logits
+
+
+def filter_logits_no_clamp(logits, top_k=None, top_p=None):
+    """Calls torch.topk(logits, top_k) without clamping: crashes when top_k > V."""
+    _check(top_k, top_p)
+    if top_k is not None:
+        kth = torch.topk(logits, top_k).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        logits = _top_p(logits, top_p)
+    return logits
+
+
+def filter_logits_in_place(logits, top_k=None, top_p=None):
+    """Writes -inf into the caller's tensor (`logits[mask] = -inf`)."""
+    _check(top_k, top_p)
+    if top_k is not None:
+        mask = _top_k(logits, top_k).isinf() & ~logits.isinf()
+        logits[mask] = float("-inf")
+    if top_p is not None:
+        mask = _top_p(logits, top_p).isinf() & ~logits.isinf()
+        logits[mask] = float("-inf")
+    return logits
+
+
+def filter_logits_no_validation(logits, top_k=None, top_p=None):
+    """Never checks its arguments: top_k=0 or top_p=1.5 pass silently."""
+    if top_k is not None and top_k >= 1:
+        logits = _top_k(logits, top_k)
+    if top_p is not None and top_p > 0:
+        logits = _top_p(logits, top_p)
+    return logits
+
+
+def filter_logits_float32(logits, top_k=None, top_p=None):
+    """Casts to float32 "for speed": float64 logits come back as float32."""
+    _check(top_k, top_p)
+    logits = logits.float()
+    if top_k is not None:
+        logits = _top_k(logits, top_k)
+    if top_p is not None:
+        logits = _top_p(logits, top_p)
+    return logits
+
+
+CATALOGUE = [
+    ("filter_logits", "keeps k + 1", filter_logits_keeps_k_plus_one, "keeps k + 1"),
+    (
+        "filter_logits",
+        "drops the crossing token",
+        filter_logits_drops_crossing_token,
+        "drops the token that crosses top_p",
+    ),
+    ("filter_logits", "fills 0", filter_logits_fills_zero, "0 instead of -inf"),
+    (
+        "filter_logits",
+        "ignores top_k with top_p",
+        filter_logits_top_p_wins,
+        "ignores top_k when top_p is given",
+    ),
+    ("filter_logits", "sorts ascending", filter_logits_ascending, "keeps the smallest"),
+    (
+        "filter_logits",
+        "top_p before top_k",
+        filter_logits_top_p_first,
+        "top_p is applied to the probabilities before top_k",
+    ),
+    (
+        "filter_logits",
+        "ties dropped",
+        filter_logits_scatter_k_indices,
+        "ties at the k-th value are dropped",
+    ),
+    ("filter_logits", "top_k not clamped", filter_logits_no_clamp, "clamp it"),
+    ("filter_logits", "in place", filter_logits_in_place, "in place"),
+    ("filter_logits", "no validation", filter_logits_no_validation, "returned without raising"),
+    ("filter_logits", "float32", filter_logits_float32, "expected dtype torch.float64"),
+]

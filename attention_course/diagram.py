@@ -23,6 +23,8 @@ _COLOURS = {
 }
 _BOX_W = 3.4  # width of a sub-layer box
 _BOX_H = 0.62  # height of a sub-layer box
+_FRAME_MARGIN = 0.6  # a stack frame reaches this far beyond the boxes on each side
+_MEMORY_GAP = 0.45  # the memory line passes this far left of the decoder frame
 
 
 def _box(ax, x: float, y: float, text: str, kind: str, width: float = _BOX_W) -> None:
@@ -79,7 +81,7 @@ def _sub_layers(ax, x: float, y0: float, names: list[tuple[str, str]], side: flo
 
 def _stack_frame(ax, x: float, y_bottom: float, y_top: float, side: float, name: str) -> None:
     """The grey frame around one layer, with "N× <name> layers" beside it."""
-    width = _BOX_W + 1.2
+    width = _BOX_W + 2 * _FRAME_MARGIN
     ax.add_patch(
         FancyBboxPatch(
             (x - width / 2, y_bottom),
@@ -207,15 +209,18 @@ def draw_transformer() -> Figure:
     )
     memory_y = enc_top + 0.75
     left_edge = dec_x - _BOX_W / 2
+    # The vertical part of the memory line runs in the gap between the two frames,
+    # clearly outside the decoder's frame (whose left edge is _FRAME_MARGIN left of the boxes).
+    line_x = dec_x - (_BOX_W / 2 + _FRAME_MARGIN) - _MEMORY_GAP
     _arrow(ax, (enc_x, enc[-1] + _BOX_H / 2), (enc_x, memory_y))
     ax.plot(
-        [enc_x, left_edge - 0.55, left_edge - 0.55],
+        [enc_x, line_x, line_x],
         [memory_y, memory_y, cross_y],
         color="#b34700",
         lw=1.6,
         zorder=2,
     )
-    _arrow(ax, (left_edge - 0.55, cross_y), (left_edge, cross_y), color="#b34700", lw=1.6)
+    _arrow(ax, (line_x, cross_y), (left_edge, cross_y), color="#b34700", lw=1.6)
     ax.text(
         enc_x,
         memory_y + 0.15,
@@ -225,9 +230,10 @@ def draw_transformer() -> Figure:
         fontsize=9,
     )
     ax.text(
-        left_edge - 0.72,
+        line_x - 0.12,
         (memory_y + cross_y) / 2,
-        "K, V from\nthe encoder",
+        "K, V from the encoder",
+        rotation=90,
         ha="right",
         va="center",
         fontsize=9,

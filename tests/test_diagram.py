@@ -49,3 +49,27 @@ def test_plot_attention_shared_colour_scale():
     assert all(a.images[0].get_clim() == (0.0, 1.0) for a in fig.axes[:3] if a.images)
     assert len(fig.axes) == 6  # three heads, three colour bars
     plt.close(fig)
+
+
+def test_memory_line_runs_clearly_between_the_two_frames():
+    """The orange memory line (encoder output -> cross-attention) must not sit on a
+    frame's edge: its vertical part lies in the gap between the stacks, with room on
+    both sides."""
+    from matplotlib.patches import FancyBboxPatch
+
+    fig = draw_transformer()
+    try:
+        ax = fig.axes[0]
+        (memory,) = [line for line in ax.lines if line.get_color() != "black"]
+        xs = memory.get_xdata()
+        assert xs[1] == xs[2], "the line turns down at one x"
+        frames = sorted(
+            (p.get_x(), p.get_x() + p.get_width())
+            for p in ax.patches
+            if isinstance(p, FancyBboxPatch) and p.get_zorder() == 1
+        )
+        assert len(frames) == 2, frames
+        (_, enc_right), (dec_left, _) = frames
+        assert enc_right + 0.3 < xs[1] < dec_left - 0.3, (enc_right, xs[1], dec_left)
+    finally:
+        plt.close(fig)

@@ -12,7 +12,9 @@ pair at a time.
 
 Lengths, offsets and steps vary from example to example, so two examples are
 in general *not* permutations of each other: a test set drawn with lengths and
-offsets that training never used measures generalisation, not recall. (With
+offsets that training never used holds no reshuffled training example. Held-out
+lengths inside the training range still only ask for new sets of familiar
+pairs (interpolation); chains longer than any in training test extrapolation. (With
 one length, one offset and ``max_step=1``, every example is a permutation of
 the same pairs, and a model that ignores positions, such as
 :class:`attention_course.alignment.PairAligner`, sees one example over and
@@ -101,9 +103,9 @@ def make_unshuffle_task(
 
     ``lengths`` and ``offsets`` are the allowed values (an int or a collection
     of ints); give a test set lengths and offsets that the training set does
-    not use to measure generalisation. Each step of a chain, ``v_{k+1} - v_k``,
-    is drawn uniformly from ``1 .. max_step``. Values lie in
-    ``[0, num_values)``; by default ``num_values = max(offsets) +
+    not use, so that no test example is a reshuffled training example. Each
+    step of a chain, ``v_{k+1} - v_k``, is drawn uniformly from
+    ``1 .. max_step``. Values lie in ``[0, num_values)``; by default ``num_values = max(offsets) +
     max_step * (max(lengths) + 1) + 1``, the smallest that fits. Pass the
     same ``num_values`` to a training and a test set so that one embedding
     table serves both. Uses its own ``torch.Generator``

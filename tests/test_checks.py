@@ -372,3 +372,16 @@ def test_meta_device_errors_are_not_mistaken_for_a_stub():
     report = CHECKERS["causal_mask"](causal_mask_moves_to_cpu)
     assert len(report.results) > 1
     assert NOT_IMPLEMENTED_MESSAGE not in str(report)
+
+
+def test_dropout_case_defers_to_the_eval_cases_when_the_structure_is_wrong():
+    """A layer that is wrong without dropout (norms swapped) is not told that its dropout
+    is misplaced: the training-mode case says to fix the eval-mode cases first."""
+    from buggy.transformer import EncoderNormsSwapped
+
+    report = CHECKERS["encoder_layer"](EncoderNormsSwapped)
+    dropout_cases = [r for r in report.results if "training mode, dropout" in r.name]
+    assert dropout_cases and not any(r.passed for r in dropout_cases)
+    text = "\n".join(r.message for r in dropout_cases)
+    assert "already wrong with dropout off" in text or "the same failure" in text
+    assert "1 / (1 - p)" not in text and "Dropout belongs" not in text

@@ -253,10 +253,10 @@ def _float32_precision_hint(expected: torch.Tensor) -> Hint:
             return None
         if float((got - expected).abs().max()) <= 1e-3 * (1.0 + scale):
             return (
-                "your values agree with the reference to about 4 digits only, float32 "
-                "precision: the input is float64, so something casts to float32 (`.float()`, "
-                "`torch.tensor(...)` or a new tensor without `dtype=x.dtype`); keep the "
-                "input's dtype throughout"
+                "your values agree with the reference to about 4 digits only, as if computed "
+                "in float32 precision: the input is float64; if something casts to float32 "
+                "(`.float()`, `torch.tensor(...)` or a new tensor without `dtype=x.dtype`), "
+                "keep the input's dtype throughout"
             )
         return None
 

@@ -58,8 +58,7 @@ def padding_mask(lengths: torch.Tensor | Sequence[int], max_len: int | None = No
         max_len = int(lengths.max()) if lengths.numel() else 0
     elif not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 0:
         raise ValueError(f"max_len: got {max_len!r}, expected a non-negative int")
-    checkable = lengths.numel() and lengths.device.type != "meta"  # meta tensors hold no data
-    if checkable and (int(lengths.min()) < 0 or int(lengths.max()) > max_len):
+    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > max_len):
         raise ValueError(
             f"lengths: got values in [{int(lengths.min())}, {int(lengths.max())}], expected "
             f"every length in [0, max_len={max_len}]"

@@ -211,6 +211,10 @@ def _padding_case(candidate, lengths: list[int], max_len: int | None = None, as_
     return run
 
 
+_MOVES = (".cpu()", ".to(", "'cpu'", '"cpu"', ".numpy()")
+"""What a line that moves `lengths` off its device contains."""
+
+
 def _padding_meta_case(candidate, max_len: int):
     """The result goes on the device of `lengths`: "meta" exists on every machine and holds
     no data, so a mask built on the CPU (the device of `lengths` ignored) shows at once."""
@@ -218,13 +222,33 @@ def _padding_meta_case(candidate, max_len: int):
     def run():
         meta = torch.device("meta")
         lengths = torch.tensor([2, 4, 1], device=meta)
-        got = call_student(
-            candidate,
-            lengths,
-            max_len,
-            what=f"padding_mask(lengths on the meta device, max_len={max_len})",
-            arg_names=("lengths",),
-        )
+        try:
+            got = call_student(
+                candidate,
+                lengths,
+                max_len,
+                what=f"padding_mask(lengths on the meta device, max_len={max_len})",
+                arg_names=("lengths",),
+            )
+        except CaseFailed as failure:
+            text = str(failure)
+            if "meta tensor" not in text:
+                raise
+            line = text.split("\nat line ", 1)[1].split("\n", 1)[0] if "\nat line " in text else ""
+            if any(move in line for move in _MOVES):
+                raise CaseFailed(
+                    f"the device of `lengths` is ignored: {text.splitlines()[0]}\nat line "
+                    f"{line}\nHint: the mask goes on the device of `lengths`: do not move "
+                    "`lengths` to the CPU; build the positions there, "
+                    "`torch.arange(max_len, device=lengths.device)`."
+                ) from None
+            # The code reads the values of `lengths` (a loop, int(), .item(), .tolist()),
+            # which is allowed but impossible on the data-less meta device.
+            return (
+                "not checked on this machine: your code reads the values of `lengths`, which "
+                "the data-less meta device cannot provide; make sure the mask is created "
+                "with `device=lengths.device`"
+            )
         if not isinstance(got, torch.Tensor):
             raise CaseFailed(f"the mask: expected a torch.Tensor, got {type(got).__name__}")
         if got.device != meta:

@@ -565,9 +565,9 @@ def _decoder_variants(module, x, memory, tgt_mask, memory_mask, norm_first: bool
     if norm_first:
         variants.append(
             (
-                "the memory is normalised too: pre-norm normalises only the decoder stream x "
-                "(the encoder's output is already normalised); pass memory to the "
-                "cross-attention unchanged, cross_attn(norm2(x), memory, memory)",
+                "the memory is normalised too: norm2 belongs to the decoder stream x only "
+                "(a pre-norm encoder stack ends with its own final LayerNorm); pass memory to "
+                "the cross-attention unchanged, cross_attn(norm2(x), memory, memory)",
                 lambda: good(x, ca=lambda q: ca(q, n2(memory))),
             )
         )

@@ -588,11 +588,30 @@ def _masked_mean_pool_cases(candidate: Callable) -> list[Case]:
             keep = mask.to(x.dtype).unsqueeze(-1)  # (B, T) -> (B, T, 1)
             count = keep.sum(dim=1)  # (B, 1) real tokens per sequence
             full = bool(mask.all())
+
+            def eps_hint(g: torch.Tensor) -> str | None:
+                """An epsilon added to the count: got = sum / (count + eps)."""
+                g, w = g.to(torch.float64), want.detach().to(torch.float64)
+                if g.shape != w.shape:
+                    return None
+                sel = (w.abs() > 1e-3) & (g.abs() > 1e-12)
+                eps = ((w / g.where(sel, torch.ones_like(g)) - 1) * count)[sel]
+                if eps.numel() == 0 or float(eps.min()) <= 0 or float(eps.max()) > 1:
+                    return None
+                if float(eps.max() - eps.min()) > 1e-3 * float(eps.max()):
+                    return None
+                return (
+                    f"you divide by (count + {float(eps.mean()):.0e}): an epsilon in the "
+                    "denominator changes every mean; to avoid 0 / 0 for a sequence with no "
+                    "real token use `count.clamp(min=1)` instead"
+                )
+
             _expect_close(
                 got,
                 want,
                 "the pooled vectors",
                 dtype_hint=DTYPE_HINT,
+                hints=[eps_hint],
                 mistakes=[
                     (
                         "you averaged over every position, padding included (`x.mean(dim=1)`): "
@@ -682,6 +701,9 @@ _add(
                 "the output averages the values, so its last axis is Dv = 6, not Dk = 4"
             ),
             "Kkbpem9EUeSvDkFjOu34pf8": "the output has one row per query (T = 3), not per key",
+            "Kkbpem9EUuSvDkFjPO37pf8": (
+                "the two shapes are in the wrong order: the weights' shape first, then the output's"
+            ),
         },
     )
 )
@@ -714,6 +736,10 @@ _add(
                 "the features are computed for every query-key pair, not once per query"
             ),
             "7BQpgUdnXmWS": "W and U map to the hidden width 8 before they are added",
+            "7BQpgUdnXmCS": (
+                "that is the shape of the scores after `v`, before the squeeze; the question "
+                "asks for the tanh features before `v`, whose last axis is the hidden width"
+            ),
         },
     )
 )

@@ -56,16 +56,17 @@ def _crossed_with_norm_first(*options: str) -> set[str]:
 REQUIRED_MODES: dict[str, set[str]] = {
     "soft_argmax": _GRAD,
     "set_attention": _GRAD,
-    "scaled_dot_product_attention": _GRAD | {"mask=bool", "mask=float", "mask=fully-masked-row"},
+    "scaled_dot_product_attention": _GRAD
+    | {"mask=bool", "mask=float", "mask=float-bias", "mask=fully-masked-row", "scale=0"},
     "additive_attention": _GRAD
     | {"mask=(B, S)", "mask=(B, 1, S)", "mask=(B, T, S)", "mask=fully-masked-row"},
     "causal_mask": {"device=meta"},
-    "padding_mask": {"lengths=list"},
+    "padding_mask": {"lengths=list", "device=meta"},
     "split_heads": _GRAD,
     "merge_heads": _GRAD,
     "multi_head_attention": _GRAD
     | _TRAIN_EVAL_DROPOUT
-    | {"mask=bool", "mask=float", "mask=fully-masked-row"},
+    | {"mask=bool", "mask=float", "mask=float-bias", "mask=fully-masked-row"},
     "layer_norm": _GRAD | {"normalized_shape=tuple", "normalized_shape=list"},
     "batch_norm": _GRAD | {"mode=train", "mode=eval", "input=(B, C, L)"},
     "positionwise_feed_forward": _GRAD | _TRAIN_EVAL_DROPOUT,

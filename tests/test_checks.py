@@ -374,3 +374,46 @@ def test_meta_device_errors_are_not_mistaken_for_a_stub():
     report = CHECKERS["causal_mask"](causal_mask_moves_to_cpu)
     assert len(report.results) > 1
     assert NOT_IMPLEMENTED_MESSAGE not in str(report)
+
+
+def test_dropout_case_defers_to_the_eval_cases_when_the_structure_is_wrong():
+    """A layer that is wrong without dropout (norms swapped) is not told that its dropout
+    is misplaced: the training-mode case says to fix the eval-mode cases first."""
+    from buggy.transformer import EncoderNormsSwapped
+
+    report = CHECKERS["encoder_layer"](EncoderNormsSwapped)
+    dropout_cases = [r for r in report.results if "training mode, dropout" in r.name]
+    assert dropout_cases and not any(r.passed for r in dropout_cases)
+    text = "\n".join(r.message for r in dropout_cases)
+    assert "already wrong with dropout off" in text or "the same failure" in text
+    assert "1 / (1 - p)" not in text and "Dropout belongs" not in text
+
+
+def test_dtype_message_names_the_usual_cause_once():
+    """A float32 result for float64 inputs: one message, no doubled parentheses, and the
+    usual cause (a `.float()` cast) named."""
+    report = check_soft_argmax(_wrong_dtype)
+    text = str(report)
+    assert "expected dtype torch.float64, got torch.float32 (the values are right)" in text
+    assert "do not cast with `.float()`" in text
+    assert ") (" not in text
+
+
+def _padding_mask_loop(lengths, max_len=None):
+    """A correct loop: it reads the values of `lengths` and builds on their device."""
+    values = [int(n) for n in lengths]
+    device = lengths.device if isinstance(lengths, torch.Tensor) else None
+    width = max(values, default=0) if max_len is None else max_len
+    mask = torch.zeros(len(values), width, dtype=torch.bool, device=device)
+    for b, n in enumerate(values):
+        mask[b, :n] = True
+    return mask
+
+
+def test_a_padding_mask_that_reads_the_lengths_is_not_failed_on_the_meta_device():
+    """The meta device has no data: code that reads the lengths' values (allowed) cannot be
+    checked there, and is told so instead of being failed; moving `lengths` to the CPU is
+    still rejected (tests/buggy/masking.py)."""
+    report = CHECKERS["padding_mask"](_padding_mask_loop)
+    assert report.passed and report.score == 1.0, report
+    assert "not checked on this machine" in report.results[-1].message

@@ -171,6 +171,11 @@ def test_the_wrong_answer_messages_say_what_is_wrong():
     assert message("04.which_bug", "e") == f'"e" is not one of the options {options}'
 
 
+def test_known_wrong_shapes_get_their_hint():
+    assert "wrong order: the weights' shape first" in message("02.shapes", ((2, 3, 6), (2, 3, 5)))
+    assert "before the squeeze" in message("03.hidden_shape", (2, 3, 5, 1))
+
+
 def test_a_type_is_named_only_when_the_answer_has_the_wrong_type():
     assert message("08.parameter_count", "2099712") == 'expected an int, got the text "2099712"'
     assert message("08.parameter_count", 2.5) == "expected an int, got the number 2.5"
@@ -326,6 +331,8 @@ def _pool_variant(kind):
             return (x * weights).sum(dim=1) / count
         if kind == "inverted mask":
             return good_pool(x, ~mask)
+        if kind == "epsilon in the denominator":
+            return (x * weights).sum(dim=1) / (count + 1e-3)
         raise AssertionError(kind)
 
     return pool
@@ -346,6 +353,7 @@ def test_masked_mean_pool_accepts_the_solution():
         ("not masked before summing", "summed the padding too: multiply x by the mask"),
         ("no clamp", "Likely mistake: a sequence with no real token divides 0 by 0"),
         ("inverted mask", "Likely mistake: your mask is inverted"),
+        ("epsilon in the denominator", "an epsilon in the denominator changes every mean"),
     ],
 )
 def test_masked_mean_pool_names_the_mistake(kind, named):

@@ -197,7 +197,8 @@ def expect_close(
             message += " (a boolean mask: True = may attend)"
         elif expected.is_floating_point() and got.is_floating_point():
             message += (
-                " (the same dtype as the input): create new tensors with "
+                f": keep the input's dtype ({str(expected.dtype).replace('torch.', '')}); do "
+                "not cast with `.float()`, and create new tensors with "
                 "`dtype=x.dtype, device=x.device`"
             )
         raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
@@ -234,8 +235,32 @@ def expect_close(
             f"{_fmt_number(float(diff.max()))} at {list(index)})\n"
             + _row_excerpt(expected, got_values, index)
         )
+        hints = [*hints, _float32_precision_hint(expected)]
         raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
     return original
+
+
+def _float32_precision_hint(expected: torch.Tensor) -> Hint:
+    """A hint for float64 results that agree with the reference only to float32 precision
+    (about 4 significant digits): a cast to float32 somewhere in the computation."""
+
+    def hint(got: torch.Tensor) -> str | None:
+        if expected.dtype != torch.float64 or not got.is_floating_point():
+            return None
+        got = got.to(torch.float64)
+        scale = float(expected.abs().max()) if expected.numel() else 0.0
+        if not bool(torch.isfinite(got).all()):
+            return None
+        if float((got - expected).abs().max()) <= 1e-3 * (1.0 + scale):
+            return (
+                "your values agree with the reference to about 4 digits only, as if computed "
+                "in float32 precision: the input is float64; if something casts to float32 "
+                "(`.float()`, `torch.tensor(...)` or a new tensor without `dtype=x.dtype`), "
+                "keep the input's dtype throughout"
+            )
+        return None
+
+    return hint
 
 
 def expect_like(got, like: torch.Tensor, name: str) -> torch.Tensor:

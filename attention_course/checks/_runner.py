@@ -132,7 +132,7 @@ def describe_exception(error: BaseException, what: str) -> str:
 
 
 def _snapshot(value):
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, torch.Tensor) and value.device.type != "meta":  # meta holds no data
         return value.detach().clone()
     return None
 

@@ -370,9 +370,15 @@ def _sdpa_variants(q, k, v, mask=None, scale=None) -> dict[str, tuple]:
     s = 1.0 / math.sqrt(d_k) if scale is None else scale
     variants = {}
     if scale is not None:
-        variants["the `scale` argument is ignored: when given, it replaces 1/sqrt(d_k)"] = _attend(
-            raw / math.sqrt(d_k), v, mask
-        )
+        if scale == 0:
+            ignored = (
+                "scale=0.0 is treated as if no scale were given: test `scale is None`, not "
+                "`scale or ...` (0.0 is falsy); with scale=0 every score is 0 and the weights "
+                "are uniform"
+            )
+        else:
+            ignored = "the `scale` argument is ignored: when given, it replaces 1/sqrt(d_k)"
+        variants[ignored] = _attend(raw / math.sqrt(d_k), v, mask)
     else:
         variants["the 1/sqrt(d_k) factor is missing: scale the scores by 1/sqrt(d_k)"] = _attend(
             raw, v, mask
@@ -413,6 +419,11 @@ def _sdpa_variants(q, k, v, mask=None, scale=None) -> dict[str, tuple]:
             "a fully masked row gets uniform weights (a large negative fill makes the row "
             "constant): such rows must have zero weights and a zero output"
         ] = _attend(raw * s, v, mask, fill="large-negative")
+        variants[
+            "the bool mask multiplies the scores: that sets the masked scores to 0, not to "
+            "-inf, so masked keys still get weight; use `scores.masked_fill(~mask, "
+            "torch.finfo(scores.dtype).min)` (or -inf) before the softmax"
+        ] = _attend(raw * s * mask, v)
     elif mask is not None:
         variants["the float mask is ignored: add it to the scores before the softmax"] = _attend(
             raw * s, v
@@ -420,6 +431,15 @@ def _sdpa_variants(q, k, v, mask=None, scale=None) -> dict[str, tuple]:
         variants["the float mask multiplies the scores: a float mask is added to them"] = _attend(
             raw * s * mask, v
         )
+        variants[
+            "a float mask is added to the scores, not converted to bool: `mask == 0` (or "
+            "`mask.bool()`) is right only for a 0 / -inf mask, but a float mask may hold any "
+            "bias (e.g. ALiBi's distance penalty); use `scores = scores + mask`"
+        ] = _attend(raw * s, v, mask == 0)
+        variants[
+            "a float mask is added to the scores, not converted to bool: `mask.bool()` marks "
+            "every nonzero bias; use `scores = scores + mask`"
+        ] = _attend(raw * s, v, mask != 0)
     return variants
 
 
@@ -592,6 +612,9 @@ def check_scaled_dot_product_attention(candidate, *, timeout: float = 10.0) -> R
     fully_masked = random_bool(B, T, S, seed=38)
     fully_masked[0, 1] = False
     float_mask = torch.zeros(T, S, dtype=torch.float64).masked_fill(~causal_like, float("-inf"))
+    # A finite bias with zeros, negatives and positives, like ALiBi's or a relative-position
+    # bias: adding it and converting it to a bool mask give different weights.
+    float_bias = randn(T, S, seed=30).masked_fill(random_bool(T, S, seed=29, p=0.3), 0.0)
     big_q, big_k, big_v = (
         randn(4, 16, 8, seed=46),
         randn(4, 16, 8, seed=47),
@@ -612,6 +635,11 @@ def check_scaled_dot_product_attention(candidate, *, timeout: float = 10.0) -> R
             covers=frozenset({"scale"}),
         ),
         Case(
+            "scale=0.0: uniform weights",
+            _sdpa_case(candidate, q3, k3, v3, scale=0.0),
+            covers=frozenset({"scale", "scale=0"}),
+        ),
+        Case(
             "bool mask (T, S) broadcast over the batch",
             _sdpa_case(candidate, q3, k3, v3, mask=causal_like),
             covers=frozenset({"mask", "mask=bool"}),
@@ -630,6 +658,11 @@ def check_scaled_dot_product_attention(candidate, *, timeout: float = 10.0) -> R
             "float additive mask (0 / -inf)",
             _sdpa_case(candidate, q3, k3, v3, mask=float_mask),
             covers=frozenset({"mask", "mask=float"}),
+        ),
+        Case(
+            "float mask holding a general bias (added to the scores)",
+            _sdpa_case(candidate, q3, k3, v3, mask=float_bias),
+            covers=frozenset({"mask", "mask=float", "mask=float-bias"}),
         ),
         Case(
             "very large scores (~1e4) give no NaN",
@@ -703,6 +736,13 @@ def _additive_variants(module, query, keys, values, mask) -> dict[str, tuple]:
             "your softmax runs over the batch axis (dim=0): the weights must sum to 1 over the "
             "keys (dim=-1)"
         ] = ((batch_weights @ values)[:, 0], batch_weights[:, 0])
+    if mask is not None and query.dim() == 2 and mask.dim() == 2:
+        out, weights = _attend(good, values, mask)  # (B, 1, S) with (B, S) -> (B, B, S)
+        variants[
+            "with a single query (B, Dq) the mask (B, S) needs the query axis too, "
+            "`mask[:, None, :]` -> (B, 1, S): otherwise it broadcasts against the (B, 1, S) "
+            "scores to (B, B, S) and every sequence is masked like the first one"
+        ] = (out[:, 0], weights[:, 0])
     if mask is not None:
         variants["the mask is inverted: True means 'may attend'"] = finish(good, invert=True)
         variants["the mask is applied after the softmax: mask the scores before it"] = finish(
@@ -743,14 +783,24 @@ def _additive_case(candidate, query, keys, values, mask=None, dims=(3, 5, 4)):
         _check_pair_order(got, expected_ctx, expected_w, ("context", "weights"))
         with torch.no_grad():
             variants = _additive_variants(reference, query, keys, values, mask)
-        expect_weights_then_output(
-            got[::-1],
-            expected_w,
-            expected_ctx,
-            variants,
-            weights_name="weights",
-            output_name="context",
-        )
+        try:
+            expect_weights_then_output(
+                got[::-1],
+                expected_w,
+                expected_ctx,
+                variants,
+                weights_name="weights",
+                output_name="context",
+            )
+        except CaseFailed as failure:
+            text = str(failure)
+            if "expected shape" in text and "\n" not in text:
+                text += (
+                    "\nHint: `.squeeze()` with no dim drops every size-1 axis, also the query "
+                    "axis of a single query (T = 1), S = 1 or B = 1: squeeze only the axis you "
+                    "mean, e.g. `.squeeze(-1)` after `v`, and `[:, 0]` for a single query."
+                )
+            raise CaseFailed(text) from None
 
     return run
 
@@ -768,8 +818,14 @@ def _additive_grad(candidate):
         theirs = [leaf(t) for t in (query, keys, values)]
         expected, _ = reference(*theirs, mask=mask)
         got = call_student(student, *mine, mask=mask, what="attention(query, keys, values, mask)")
-        got_ctx = expect_tuple(got, 2, "AdditiveAttention.forward", ("context", "weights"))[0]
+        got_ctx, got_w = expect_tuple(got, 2, "AdditiveAttention.forward", ("context", "weights"))
         expect_close(got_ctx, expected, "context")
+        if isinstance(got_w, torch.Tensor) and not got_w.requires_grad:
+            raise CaseFailed(
+                "the returned weights do not require grad: they are detached from the graph "
+                "(`.detach()`, `.data` or `torch.no_grad()`), so a loss on the weights (e.g. an "
+                "attention-supervision loss) cannot train W, U and v; return them as computed"
+            )
         backward_both(got_ctx, expected)
         compare_param_grads(student, reference, "AdditiveAttention")
         for name, a, b in zip(("`query`", "`keys`", "`values`"), mine, theirs):

@@ -68,7 +68,31 @@ def _ffn_case(candidate, init: dict, x: torch.Tensor, grad: bool = False, train:
         reference.train(train)
         mine, theirs = (leaf(x), leaf(x)) if grad else (x, x)
         expected = reference(theirs)
-        got = call_student(student, mine, what="ffn(x)", arg_names=("x",))
+        seen: list = []
+        linear2 = getattr(student, "linear2", None)
+        handle = None
+        if isinstance(linear2, torch.nn.Module):
+            handle = linear2.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+        try:
+            got = call_student(student, mine, what="ffn(x)", arg_names=("x",))
+        finally:
+            if handle is not None:
+                handle.remove()
+        p = init.get("dropout", 0.0)
+        if not train and p > 0 and isinstance(got, torch.Tensor):
+            act = F.relu if init.get("activation", "relu") == "relu" else F.gelu
+            with torch.no_grad():
+                clean_hidden = act(reference.linear1(x))
+            hidden = seen[0] if seen and isinstance(seen[0], torch.Tensor) else None
+            if (hidden is not None and looks_dropped_out(hidden, clean_hidden, p)) or (
+                looks_dropped_out(got, expected, p)
+            ):
+                raise CaseFailed(
+                    f"dropout is active in eval mode (module.eval()): entries are zeroed and "
+                    f"the rest scaled by 1 / (1 - {p:g}); use the module `self.dropout = "
+                    "nn.Dropout(dropout)`, which follows train()/eval(), or "
+                    "`F.dropout(h, p, training=self.training)`, not `training=True`"
+                )
         with torch.no_grad():
             mistakes = _ffn_mistakes(reference, x)
         expect_close(got, expected, "the output", mistakes=mistakes)

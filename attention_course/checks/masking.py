@@ -55,6 +55,18 @@ def _causal_case(candidate, size: int, with_device: bool = False):
         mistakes = _causal_mistakes(size)
         if (
             isinstance(got, torch.Tensor)
+            and got.is_floating_point()
+            and got.shape == expected.shape
+            and torch.equal(got.detach().cpu() == 0, expected)
+            and bool(torch.isneginf(got.detach().cpu()[~expected]).all())
+        ):
+            raise CaseFailed(
+                "this is an additive float mask (0 where allowed, -inf on the future): this task "
+                "wants a bool mask, True = may attend, e.g. "
+                "`torch.ones(size, size, dtype=torch.bool, device=device).tril()`"
+            )
+        if (
+            isinstance(got, torch.Tensor)
             and got.dtype != torch.bool
             and got.shape == expected.shape
         ):
@@ -149,6 +161,11 @@ def _padding_mistakes(lengths: torch.Tensor, max_len: int | None):
             "the mask is transposed: its shape is (B, max_len), one row per sequence",
             lambda: (positions[None, :] < lengths[:, None]).T,
         ),
+        (
+            "the number of columns is the batch size len(lengths): `max_len` defaults to "
+            "max(lengths), the longest sequence",
+            lambda: torch.arange(len(lengths))[None, :] < lengths[:, None],
+        ),
     ]
 
 
@@ -193,6 +210,62 @@ def _padding_case(candidate, lengths: list[int], max_len: int | None = None, as_
     return run
 
 
+_MOVES = (".cpu()", ".to(", "'cpu'", '"cpu"', ".numpy()")
+"""What a line that moves `lengths` off its device contains."""
+
+
+def _padding_meta_case(candidate, max_len: int):
+    """The result goes on the device of `lengths`: "meta" exists on every machine and holds
+    no data, so a mask built on the CPU (the device of `lengths` ignored) shows at once."""
+
+    def run():
+        meta = torch.device("meta")
+        lengths = torch.tensor([2, 4, 1], device=meta)
+        try:
+            got = call_student(
+                candidate,
+                lengths,
+                max_len,
+                what=f"padding_mask(lengths on the meta device, max_len={max_len})",
+                arg_names=("lengths",),
+            )
+        except CaseFailed as failure:
+            text = str(failure)
+            if "meta tensor" not in text:
+                raise
+            line = text.split("\nat line ", 1)[1].split("\n", 1)[0] if "\nat line " in text else ""
+            if any(move in line for move in _MOVES):
+                raise CaseFailed(
+                    f"the device of `lengths` is ignored: {text.splitlines()[0]}\nat line "
+                    f"{line}\nHint: the mask goes on the device of `lengths`: do not move "
+                    "`lengths` to the CPU; build the positions there, "
+                    "`torch.arange(max_len, device=lengths.device)`."
+                ) from None
+            # The code reads the values of `lengths` (a loop, int(), .item(), .tolist()),
+            # which is allowed but impossible on the data-less meta device.
+            return (
+                "not checked on this machine: your code reads the values of `lengths`, which "
+                "the data-less meta device cannot provide; make sure the mask is created "
+                "with `device=lengths.device`"
+            )
+        if not isinstance(got, torch.Tensor):
+            raise CaseFailed(f"the mask: expected a torch.Tensor, got {type(got).__name__}")
+        if got.device != meta:
+            raise CaseFailed(
+                f"the device of `lengths` is ignored: with `lengths` on the meta device the "
+                f"mask came back on {got.device.type}; build it on `lengths.device`, e.g. "
+                "`torch.arange(max_len, device=lengths.device)`, and do not move `lengths` "
+                "(no `.cpu()`)"
+            )
+        if tuple(got.shape) != (3, max_len) or got.dtype != torch.bool:
+            raise CaseFailed(
+                f"the mask on the meta device: expected a bool (3, {max_len}) tensor, got "
+                f"{got.dtype} {tuple(got.shape)}"
+            )
+
+    return run
+
+
 def check_padding_mask(candidate, *, timeout: float = 10.0) -> Report:
     """Check ``padding_mask(lengths, max_len=None) -> bool (B, max_len)``, True at real
     tokens."""
@@ -222,6 +295,11 @@ def check_padding_mask(candidate, *, timeout: float = 10.0) -> Report:
             "lengths as a list [1, 3], max_len=5",
             _padding_case(candidate, [1, 3], 5, as_list=True),
             covers=frozenset({"lengths=list", "max_len"}),
+        ),
+        Case(
+            "the mask goes on the device of `lengths` (meta device)",
+            _padding_meta_case(candidate, 5),
+            covers=frozenset({"max_len", "device=meta"}),
         ),
     ]
     return run_cases("padding_mask", cases, timeout)

@@ -11,7 +11,7 @@ from attention_course import multihead as ref
 
 from ._compare import expect_close, expect_grad, expect_like, expect_tuple, fmt_shape
 from ._data import leaf, randn, random_bool
-from ._dropout import expect_dropout_of, is_unchanged
+from ._dropout import expect_dropout_of, is_unchanged, looks_dropped_out
 from ._modules import backward_both, build_pair, compare_param_grads
 from ._report import Report
 from ._runner import (
@@ -229,6 +229,25 @@ def _mha_variants(module, query, key, value, mask) -> dict[str, tuple]:
             "a fully masked row gives NaN: give such rows zero weights (and a zero attention "
             "output)"
         ] = v(fill="nan")
+    if mask is not None and mask.dtype != torch.bool:
+        variants[
+            "a float mask is added to the scores, not converted to bool: `mask == 0` is right "
+            "only for a 0 / -inf mask, but a float mask may hold any bias; pass it on unchanged"
+        ] = _mha_variant(module, query, key, value, mask == 0)
+        variants["the float mask is ignored: pass it on to the attention"] = _mha_variant(
+            module, query, key, value, None
+        )
+    wrong_inputs = {
+        "the keys and values are computed from the query input: use w_k(key) and "
+        "w_v(value), so that cross-attention reads the other sequence": (query, query),
+        "the values are computed from the key input: use w_v(value)": (key, key),
+        "the keys are computed from the value input: use w_k(key)": (value, value),
+    }
+    for description, (k_in, v_in) in wrong_inputs.items():
+        try:  # only where the shapes allow the mistake
+            variants[description] = _mha_variant(module, query, k_in, v_in, mask)
+        except RuntimeError:
+            pass
     good = v()
     variants["the weights are averaged over the heads: return one map per head, (B, H, T, S)"] = (
         good[0],
@@ -262,6 +281,19 @@ def _mha_case(candidate, init: dict, shapes, mask=None, need_weights=True, train
             student, query, key, value, what=what, arg_names=("query", "key", "value"), **kwargs
         )
         got = expect_tuple(got, 2, "MultiHeadAttention.forward", ("output", "weights"))
+        p = init.get("dropout", 0.0)
+        if (
+            not train
+            and p > 0
+            and need_weights
+            and isinstance(got[1], torch.Tensor)
+            and looks_dropped_out(got[1], expected_w, p)
+        ):
+            raise CaseFailed(
+                f"in eval mode (module.eval(), self.training is False) dropout must be off, but "
+                f"your weights look dropped out (entries set to 0, the rest scaled by "
+                f"1 / (1 - {p:g})): pass `dropout_p=self.dropout if self.training else 0.0`"
+            )
         with torch.no_grad():
             variants = _mha_variants(reference, query, key, value, mask)
         if need_weights:
@@ -404,6 +436,8 @@ def check_multi_head_attention(candidate, *, timeout: float = 10.0) -> Report:
     additive = torch.zeros(T, T, dtype=torch.float64).masked_fill(~causal, float("-inf"))
     padding = (torch.arange(S) < torch.tensor([4, 6])[:, None])[:, None, None, :]  # (B,1,1,S)
     fully = random_bool(B, 1, T, S, seed=98)
+    # A finite bias (zeros, negatives, positives), like ALiBi's: added, not a bool mask.
+    float_bias = randn(T, S, seed=102).masked_fill(random_bool(T, S, seed=103, p=0.3), 0.0)
     fully[1, 0, 2] = False
     base = {"d_model": 8, "num_heads": 2}
     cross = {"d_model": 8, "num_heads": 2, "kdim": 5, "vdim": 7}
@@ -442,6 +476,11 @@ def check_multi_head_attention(candidate, *, timeout: float = 10.0) -> Report:
             "float additive causal mask (0 / -inf)",
             _mha_case(candidate, base, ((B, T, T), 8, 8), mask=additive),
             covers=frozenset({"mask", "mask=float"}),
+        ),
+        Case(
+            "float mask holding a general bias (added to the scores)",
+            _mha_case(candidate, base, ((B, T, S), 8, 8), mask=float_bias),
+            covers=frozenset({"mask", "mask=float", "mask=float-bias"}),
         ),
         Case(
             "padding mask (B, 1, 1, S)",

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+
 import torch
+import torch.nn.functional as F
 
 from attention_course import norms as ref
 
@@ -130,6 +134,43 @@ def _layer_norm_state(candidate):
     return run
 
 
+class BuiltinNotAllowed(Exception):
+    """Raised when the candidate calls the built-in it is asked to write."""
+
+
+@contextlib.contextmanager
+def _forbid_builtin(name: str, module_name: str):
+    """While active, ``F.<name>`` and ``torch.<name>`` raise `BuiltinNotAllowed` (the
+    reference implementations do not use them; nn.LayerNorm / nn.BatchNorm1d call them)."""
+
+    def forbidden(*args, **kwargs):
+        raise BuiltinNotAllowed(
+            f"do not call the built-in `F.{name}` (nor `nn.{module_name}`, which calls it): "
+            "the task is to write it from tensor operations (mean, var, sqrt)"
+        )
+
+    targets = [(F, name), (torch, name)]
+    saved = [(owner, attr, getattr(owner, attr)) for owner, attr in targets]
+    try:
+        for owner, attr, _ in saved:
+            setattr(owner, attr, forbidden)
+        yield
+    finally:
+        for owner, attr, original in saved:
+            setattr(owner, attr, original)
+
+
+def _without_builtin(cases: list[Case], name: str, module_name: str) -> list[Case]:
+    def wrap(run):
+        def wrapped():
+            with _forbid_builtin(name, module_name):
+                return run()
+
+        return wrapped
+
+    return [dataclasses.replace(case, run=wrap(case.run)) for case in cases]
+
+
 def check_layer_norm(candidate, *, timeout: float = 10.0) -> Report:
     """Check the class ``LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True)``."""
     target = "layer_norm"
@@ -180,7 +221,7 @@ def check_layer_norm(candidate, *, timeout: float = 10.0) -> Report:
             covers=frozenset({"grad", "normalized_shape=tuple"}),
         ),
     ]
-    return run_cases(target, cases, timeout)
+    return run_cases(target, _without_builtin(cases, "layer_norm", "LayerNorm"), timeout)
 
 
 # ---------------------------------------------------------------- BatchNorm1d
@@ -202,12 +243,17 @@ _BN_EVAL_BATCH = (
     "with running_mean and running_var"
 )
 _BN_NO_UPDATE = (
-    "the running statistics are never updated: in training, update running_mean and "
-    "running_var in place (under torch.no_grad())"
+    "the running statistics stay at their initial values (running_mean 0, running_var 1): "
+    "in training, update running_mean and running_var in place (under torch.no_grad())"
 )
 _BN_3D_DIMS = (
     "for a 3-D input (B, C, L) the statistics must be taken over the batch AND length axes, "
     "dims (0, 2): one mean and variance per channel"
+)
+_BN_3D_DIMS_01 = (
+    "for a 3-D input (B, C, L) the statistics are taken over dims (0, 1), batch and "
+    "channels, which gives one mean per position: take them over dims (0, 2), batch and "
+    "length, one per channel, and reshape them to (1, C, 1)"
 )
 _BN_EPS_OUTSIDE = _EPS_OUTSIDE
 _BN_WRONG_N = (
@@ -274,7 +320,12 @@ def _simulate_batch_norm(
         mean = x.mean(dim=dims)
         biased = x.var(dim=dims, unbiased=False)
         unbiased = biased * n / (n - 1)
-        if mean.dim() > 1:  # per-position statistics (the dims mistake): (C, L)
+        if dims == (0, 1):  # per-position statistics (L,), broadcast on the last axis
+            shape_var = unbiased if unbiased_norm else biased
+            y = (x - mean) / torch.sqrt(shape_var + eps)
+            outputs.append(y * weight.view(1, C, 1) + bias.view(1, C, 1))
+            mean = biased = unbiased = torch.full((C,), float("nan"), dtype=x.dtype)
+        elif mean.dim() > 1:  # per-position statistics (the dims mistake): (C, L)
             shape_mean, shape_var = mean, unbiased if unbiased_norm else biased
             y = (x - shape_mean[None]) / torch.sqrt(shape_var[None] + eps)
             outputs.append(y * weight.view(1, C, 1) + bias.view(1, C, 1))
@@ -304,6 +355,7 @@ _BN_MISTAKES = {
     _BN_EVAL_BATCH: {"eval_batch": True},
     _BN_NO_UPDATE: {"no_update": True},
     _BN_3D_DIMS: {"dims_3d": (0,)},
+    _BN_3D_DIMS_01: {"dims_3d": (0, 1)},
     _BN_WRONG_N: {"n_batch_only": True},
 }
 
@@ -520,4 +572,4 @@ def check_batch_norm(candidate, *, timeout: float = 10.0) -> Report:
             covers=frozenset({"grad", "mode=train", "input=(B, C, L)"}),
         ),
     ]
-    return run_cases(target, cases, timeout)
+    return run_cases(target, _without_builtin(cases, "batch_norm", "BatchNorm1d"), timeout)

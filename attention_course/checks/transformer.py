@@ -6,7 +6,7 @@ import torch
 
 from attention_course import transformer as ref
 
-from ._compare import expect_close, expect_grad, expect_like, expect_tuple, fmt_shape
+from ._compare import expect_close, expect_grad, expect_like, expect_tuple, fmt_shape, tolerances
 from ._data import leaf, randn
 from ._dropout import expect_dropout_of, is_unchanged
 from ._modules import backward_both, build_pair, compare_param_grads
@@ -82,6 +82,28 @@ def _recorded(store: dict, key: str, shape) -> torch.Tensor:
             f"stream's shape {fmt_shape(shape)}"
         )
     return value.detach()
+
+
+_WRONG_WITHOUT_DROPOUT = (
+    "the output is already wrong with dropout off (the same layer in eval mode differs from "
+    "the reference): fix the eval-mode cases above first; this case checks only where "
+    "dropout is applied"
+)
+
+
+def _expect_right_in_eval(student, reference, args: tuple, kwargs: dict, what: str) -> None:
+    """Before checking dropout in training mode, make sure that the layer is right without
+    it, so that a structural mistake is not reported as a dropout mistake."""
+    student.eval()
+    reference.eval()
+    with torch.no_grad():
+        expected = reference(*args, **kwargs)
+        got = call_student(student, *args, what=f"{what} in eval mode", **kwargs)
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+        return  # the eval-mode cases report the type and shape
+    atol, rtol = tolerances(expected.dtype)
+    if not torch.allclose(got.detach().to(expected.dtype), expected, atol=atol, rtol=rtol):
+        raise CaseFailed(_WRONG_WITHOUT_DROPOUT)
 
 
 def _expect_residual_dropout(residual, sublayer_out, p: float, k: int, sublayer: str) -> None:
@@ -268,9 +290,10 @@ def _encoder_dropout_case(candidate, init: dict, x, mask=None):
     norm_first = init.get("norm_first", False)
 
     def run():
-        student, _ = build_pair(candidate, ref.EncoderLayer, kwargs=init)
-        student.train()
+        student, reference = build_pair(candidate, ref.EncoderLayer, kwargs=init)
         kwargs = {} if mask is None else {"mask": mask}
+        _expect_right_in_eval(student, reference, (x,), kwargs, "layer(x)")
+        student.train()
         got, store = _run_recorded(
             student,
             ("self_attn", "ffn", "norm1", "norm2"),
@@ -528,6 +551,26 @@ def _decoder_variants(module, x, memory, tgt_mask, memory_mask, norm_first: bool
                 lambda: good(x, ca=lambda q: ca(q, memory, None)),
             )
         )
+    if tgt_mask is not None or memory_mask is not None:
+        variants.append(
+            (
+                "tgt_mask and memory_mask are swapped: tgt_mask (T, T) goes to the "
+                "self-attention, memory_mask (over the S memory positions) to the "
+                "cross-attention",
+                lambda: good(
+                    x, sa=lambda h: sa(h, memory_mask), ca=lambda q: ca(q, memory, tgt_mask)
+                ),
+            )
+        )
+    if norm_first:
+        variants.append(
+            (
+                "the memory is normalised too: norm2 belongs to the decoder stream x only "
+                "(a pre-norm encoder stack ends with its own final LayerNorm); pass memory to "
+                "the cross-attention unchanged, cross_attn(norm2(x), memory, memory)",
+                lambda: good(x, ca=lambda q: ca(q, n2(memory))),
+            )
+        )
     return variants
 
 
@@ -584,13 +627,14 @@ def _decoder_dropout_case(candidate, init: dict, x, memory, tgt_mask=None, memor
     norm_first = init.get("norm_first", False)
 
     def run():
-        student, _ = build_pair(candidate, ref.DecoderLayer, kwargs=init)
-        student.train()
+        student, reference = build_pair(candidate, ref.DecoderLayer, kwargs=init)
         kwargs = {}
         if tgt_mask is not None:
             kwargs["tgt_mask"] = tgt_mask
         if memory_mask is not None:
             kwargs["memory_mask"] = memory_mask
+        _expect_right_in_eval(student, reference, (x, memory), kwargs, "layer(x, memory)")
+        student.train()
         what = "layer(x, memory" + "".join(f", {k}=..." for k in kwargs) + ") in training mode"
         got, store = _run_recorded(
             student,

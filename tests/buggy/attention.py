@@ -206,6 +206,36 @@ def sdpa_dropout_keep_probability(query, key, value, mask=None, dropout_p=0.0, s
     return weights @ value, weights
 
 
+def sdpa_float_mask_as_bool(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Converts a float mask to bool with `mask == 0`: right for 0 / -inf, wrong for a bias."""
+    if mask is not None and mask.dtype != torch.bool:
+        mask = mask == 0
+    return _correct(query, key, value, mask, dropout_p, scale)
+
+
+def sdpa_scale_falsy(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """`scale = scale or 1/sqrt(d_k)`: scale=0.0 is falsy and gets replaced."""
+    scale = scale or 1.0 / math.sqrt(query.shape[-1])
+    return _correct(query, key, value, mask, dropout_p, scale)
+
+
+def sdpa_multiplies_bool_mask(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Multiplies the scores by the bool mask: masked scores become 0, not -inf."""
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = query @ key.transpose(-2, -1) * scale
+    if mask is not None:
+        scores = scores * mask if mask.dtype == torch.bool else scores + mask
+    weights = _safe_softmax(scores)
+    return weights @ value, weights
+
+
+def _correct(query, key, value, mask, dropout_p, scale):
+    weights = _correct_weights(query, key, value, mask, scale)
+    if dropout_p > 0:
+        weights = torch.nn.functional.dropout(weights, p=dropout_p, training=True)
+    return weights @ value, weights
+
+
 # ---------------------------------------------------------------- additive attention
 
 
@@ -290,6 +320,40 @@ class AdditiveKeepsQueryAxis(_AdditiveBase):
         return weights @ values, weights
 
 
+class AdditiveDetachedWeights(_AdditiveBase):
+    """Returns `weights.detach()`: the context is right, but no gradient flows through the
+    returned weights."""
+
+    def forward(self, query, keys, values, mask=None):
+        context, weights = super().forward(query, keys, values, mask)
+        return context, weights.detach()
+
+
+class AdditiveMaskNotUnsqueezed(_AdditiveBase):
+    """With a single query (B, Dq) forgets to give the (B, S) mask the query axis."""
+
+    def forward(self, query, keys, values, mask=None):
+        single = query.dim() == 2
+        q = query[:, None, :] if single else query
+        weights = self.normalise(self.scores(q, keys), mask)
+        context = weights @ values
+        return (context[:, 0], weights[:, 0]) if single else (context, weights)
+
+
+class AdditiveSqueezeAll(_AdditiveBase):
+    """Calls `.squeeze()` with no dim, which also drops the axis of a single query."""
+
+    def scores(self, q, keys):
+        return self.v(torch.tanh(self.W(q)[:, :, None, :] + self.U(keys)[:, None, :, :])).squeeze()
+
+    def forward(self, query, keys, values, mask=None):
+        q = query[:, None, :] if query.dim() == 2 else query
+        if mask is not None and query.dim() == 2:
+            mask = mask[:, None, :]
+        weights = self.normalise(self.scores(q, keys), mask)
+        return weights @ values, weights
+
+
 CATALOGUE = [
     ("soft_argmax", "no max shift", soft_argmax_no_max_shift, "subtract the max"),
     ("soft_argmax", "ignores dim", soft_argmax_ignores_dim, "ignored `dim`"),
@@ -359,4 +423,35 @@ CATALOGUE = [
     ("additive_attention", "inverted mask", AdditiveInvertedMask, "mask is inverted"),
     ("additive_attention", "softmax over queries", AdditiveSoftmaxOverQueries, "query axis"),
     ("additive_attention", "keeps the query axis", AdditiveKeepsQueryAxis, "kept the query axis"),
+    (
+        "additive_attention",
+        "detached weights",
+        AdditiveDetachedWeights,
+        "the returned weights do not require grad",
+    ),
+    (
+        "additive_attention",
+        "(B, S) mask not unsqueezed",
+        AdditiveMaskNotUnsqueezed,
+        "needs the query axis too",
+    ),
+    ("additive_attention", "squeeze() with no dim", AdditiveSqueezeAll, "`.squeeze()` with no dim"),
+    (
+        "scaled_dot_product_attention",
+        "float mask converted to bool",
+        sdpa_float_mask_as_bool,
+        "a float mask is added to the scores, not converted to bool",
+    ),
+    (
+        "scaled_dot_product_attention",
+        "scale or default",
+        sdpa_scale_falsy,
+        "scale=0.0 is treated as if no scale were given",
+    ),
+    (
+        "scaled_dot_product_attention",
+        "bool mask multiplied",
+        sdpa_multiplies_bool_mask,
+        "the bool mask multiplies the scores",
+    ),
 ]

@@ -77,6 +77,14 @@ class FFNIgnoresDropout(_FFNBase):
         super().__init__(d_model, d_ff, 0.0, activation)
 
 
+class FFNDropoutAlwaysOn(_FFNBase):
+    """Calls F.dropout(..., training=True): dropout stays on in eval mode."""
+
+    def forward(self, x):
+        h = F.dropout(self.act(self.linear1(x)), self.dropout.p, training=True)
+        return self.linear2(h)
+
+
 def pe_sin_cos_swapped(max_len, d_model):
     """Puts cos in the even columns and sin in the odd ones."""
     pe = torch.zeros(max_len, d_model)
@@ -158,6 +166,12 @@ def pe_odd_width_plus_one(max_len, d_model):
 
 
 CATALOGUE = [
+    (
+        "positionwise_feed_forward",
+        "dropout on in eval mode",
+        FFNDropoutAlwaysOn,
+        "dropout is active in eval mode",
+    ),
     ("positionwise_feed_forward", "no activation", FFNNoActivation, "activation is missing"),
     ("positionwise_feed_forward", "residual inside", FFNWithResidual, "you added a residual"),
     ("positionwise_feed_forward", "always relu", FFNAlwaysRelu, "`activation` argument is ignored"),

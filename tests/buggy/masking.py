@@ -65,6 +65,25 @@ def padding_mask_tensor_only(lengths, max_len=None):
     return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
 
 
+def padding_mask_ignores_device(lengths, max_len=None):
+    """Moves `lengths` to the CPU: the mask is not on the device of `lengths`."""
+    lengths = torch.as_tensor(lengths)
+    max_len = int(lengths.max()) if max_len is None else max_len
+    return torch.arange(max_len)[None, :] < lengths.cpu()[:, None]
+
+
+def padding_mask_batch_columns(lengths, max_len=None):
+    """Takes the batch size len(lengths) as the default width instead of max(lengths)."""
+    lengths = torch.as_tensor(lengths)
+    max_len = len(lengths) if max_len is None else max_len
+    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def causal_mask_additive(size, device=None):
+    """Returns the additive float form (0 allowed, -inf on the future), not a bool mask."""
+    return torch.full((size, size), float("-inf"), device=device).triu(1)
+
+
 CATALOGUE = [
     ("causal_mask", "diagonal excluded", causal_mask_no_diagonal, "diagonal is excluded"),
     ("causal_mask", "triu", causal_mask_triu, "use `torch.tril`, not `torch.triu`"),
@@ -77,4 +96,7 @@ CATALOGUE = [
     ("padding_mask", "<= instead of <", padding_mask_less_equal, "<= instead of <"),
     ("padding_mask", "ignores max_len", padding_mask_ignores_max_len, "`max_len` is ignored"),
     ("padding_mask", "float mask", padding_mask_loop_floats, "expected torch.bool"),
+    ("padding_mask", "ignores the device", padding_mask_ignores_device, "meta"),
+    ("padding_mask", "len(lengths) columns", padding_mask_batch_columns, "batch size len(lengths)"),
+    ("causal_mask", "additive float mask", causal_mask_additive, "additive float mask"),
 ]

@@ -157,7 +157,45 @@ class MHADropoutOnOutput(_MHABase):
         return nn.functional.dropout(output, self.dropout, self.training), weights
 
 
+class MHAFloatMaskAsBool(_MHABase):
+    """Converts a float mask to bool with `mask == 0` instead of adding it to the scores."""
+
+    def attend(self, q, k, v, mask):
+        if mask is not None and mask.dtype != torch.bool:
+            mask = mask == 0
+        return super().attend(q, k, v, mask)
+
+
+class MHADropoutInEval(_MHABase):
+    """Applies dropout to the weights with training=True, so also in eval mode."""
+
+    def attend(self, q, k, v, mask):
+        _, weights = super().attend(q, k, v, mask)
+        weights = nn.functional.dropout(weights, self.dropout, training=True)
+        return weights @ v, weights
+
+
+class MHAKeyValueFromQuery(_MHABase):
+    """Computes the keys and values from the query input (self-attention only)."""
+
+    def forward(self, query, key, value, mask=None, need_weights=True):
+        return super().forward(query, query, query, mask, need_weights)
+
+
 CATALOGUE = [
+    (
+        "multi_head_attention",
+        "float mask converted to bool",
+        MHAFloatMaskAsBool,
+        "a float mask is added to the scores, not converted to bool",
+    ),
+    ("multi_head_attention", "dropout in eval mode", MHADropoutInEval, "in eval mode"),
+    (
+        "multi_head_attention",
+        "keys and values from the query",
+        MHAKeyValueFromQuery,
+        "computed from the query input",
+    ),
     ("split_heads", "no transpose", split_heads_no_transpose, "without the transpose"),
     ("split_heads", "interleaved", split_heads_interleaved, "wrong way round"),
     ("split_heads", "forgets transpose", split_heads_forgets_transpose, "transpose is missing"),

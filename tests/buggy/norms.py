@@ -228,7 +228,59 @@ class BatchNormPlainAttributes(nn.Module):
         raise RuntimeError("never reached")
 
 
+class LayerNormCallsBuiltin(_LayerNormBase):
+    """Calls the built-in F.layer_norm instead of writing the normalisation."""
+
+    def forward(self, x):
+        weight = self.weight if self.elementwise_affine else None
+        bias = self.bias if self.elementwise_affine else None
+        return nn.functional.layer_norm(x, self.normalized_shape, weight, bias, self.eps)
+
+
+class LayerNormCastsToFloat32(_LayerNormBase):
+    """Casts the input to float32 with `.float()`: the float64 weights promote the result
+    back to float64, so only the precision (about 4 digits) gives it away."""
+
+    def normalise(self, x):
+        return super().normalise(x.float())
+
+
+class BatchNormCallsBuiltin(_BatchNormBase):
+    """Calls the built-in F.batch_norm instead of writing the normalisation."""
+
+    def forward(self, x):
+        return nn.functional.batch_norm(
+            x,
+            self.running_mean,
+            self.running_var,
+            self.weight,
+            self.bias,
+            self.training,
+            self.momentum,
+            self.eps,
+        )
+
+
+class BatchNormBatchAndChannelAxes(_BatchNormBase):
+    """For (B, C, L) inputs reduces over dims (0, 1), batch and channels (and never
+    updates the running statistics for them)."""
+
+    def forward(self, x):
+        if x.dim() == 2:
+            return super().forward(x)
+        if self.training:
+            mean, var = x.mean((0, 1)), x.var((0, 1), unbiased=False)
+        else:
+            mean, var = self.running_mean, self.running_var
+        y = (x - mean) / torch.sqrt(var + self.eps)
+        return y * self.weight.view(1, -1, 1) + self.bias.view(1, -1, 1)
+
+
 CATALOGUE = [
+    ("layer_norm", "calls F.layer_norm", LayerNormCallsBuiltin, "do not call the built-in"),
+    ("layer_norm", "casts to float32", LayerNormCastsToFloat32, "float32 precision"),
+    ("batch_norm", "calls F.batch_norm", BatchNormCallsBuiltin, "do not call the built-in"),
+    ("batch_norm", "stats over dims (0, 1)", BatchNormBatchAndChannelAxes, "dims (0, 1)"),
     ("layer_norm", "unbiased variance", LayerNormUnbiased, "unbiased variance"),
     ("layer_norm", "eps outside sqrt", LayerNormEpsOutside, "eps is outside the square root"),
     ("layer_norm", "last axis only", LayerNormLastAxisOnly, "last axis only"),

@@ -280,7 +280,30 @@ class DecoderPreNormNoFFNDropout(_DecoderWithWeights):
         return h
 
 
+class DecoderMemoryNormedPreNorm(_DecoderWithWeights):
+    """Pre-norm that normalises the encoder memory with norm2 as well as the stream."""
+
+    def cross_block(self, h, memory, mask):
+        if self.norm_first:
+            memory = self.norm2(memory)
+        return super().cross_block(h, memory, mask)
+
+
+class DecoderMasksSwapped(_DecoderWithWeights):
+    """Passes memory_mask to the self-attention and tgt_mask to the cross-attention."""
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None, return_attention=False):
+        return super().forward(x, memory, memory_mask, tgt_mask, return_attention)
+
+
 CATALOGUE = [
+    (
+        "decoder_layer",
+        "pre-norm normalises memory",
+        DecoderMemoryNormedPreNorm,
+        "the memory is normalised too",
+    ),
+    ("decoder_layer", "masks swapped", DecoderMasksSwapped, "goes to the self-attention"),
     (
         "encoder_layer",
         "always post-norm",

@@ -34,6 +34,7 @@ from attention_course import (
     to_additive_mask,
     to_torch_mha_mask,
 )
+from attention_course.embedding import embed_tokens
 from attention_course.transformer import KVCache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -341,7 +342,7 @@ def test_the_cache_holds_projected_keys_values_and_memory(randomize):
         assert_close(layer_cache.memory_values, split_heads(layer.cross_attn.w_v(memory), 4))
     # the first layer's self-attention keys are the projections of the embedded tokens
     first = model.decoder.layers[0]
-    x = model._embed(model.tgt_embedding, tokens[:, :4])
+    x = embed_tokens(model.tgt_embedding, model.positional, tokens[:, :4])
     assert_close(cache.layers[0].keys, split_heads(first.self_attn.w_k(x), 4))
 
 

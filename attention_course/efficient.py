@@ -189,6 +189,16 @@ class KVCache:
         """The number of target positions cached so far (the position of the next token)."""
         return self.layers[0].length if self.layers else 0
 
+    def begin_step(self, num_layers: int, memory_mask, dtype, keep: torch.Tensor | None):
+        """Update the cache's bookkeeping before a decoding step; return the target keep mask.
+
+        At the first step: :meth:`start`. Then the new tokens' padding ``keep (B, Tn)``
+        (None for a model without ``pad_id``) goes through :meth:`extend_keep`.
+        """
+        if self.length == 0:
+            self.start(num_layers, memory_mask, dtype)
+        return None if keep is None else self.extend_keep(keep)
+
     def start(self, num_layers: int, memory_mask: torch.Tensor | None, dtype: torch.dtype):
         """Begin a run: one empty slot per layer; keep the source mask (and its fused form)."""
         self.layers = [LayerKVCache() for _ in range(num_layers)]

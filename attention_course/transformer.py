@@ -157,15 +157,11 @@ class DecoderLayer(nn.Module):
         return x
 
 
-class Encoder(nn.Module):
-    """A stack of ``num_layers`` :class:`EncoderLayer` (final LayerNorm when pre-norm).
+class _LayerStack(nn.Module):
+    """``num_layers`` layers of ``layer_type``, built in a loop (not deep-copied), then a
+    final LayerNorm when ``norm_first`` (the stacks of ``nn.Transformer`` with pre-norm)."""
 
-    Matches ``nn.TransformerEncoder`` (with ``norm=nn.LayerNorm(d_model)`` when
-    ``norm_first``). The layers are built in a loop, not deep-copied.
-
-    Shapes:
-        x: ``(B, S, D)``; mask: broadcastable to ``(B, H, S, S)``; returns ``(B, S, D)``.
-    """
+    layer_type: type[nn.Module]
 
     def __init__(
         self,
@@ -179,14 +175,19 @@ class Encoder(nn.Module):
         super().__init__()
         check_positive_int("num_layers", num_layers)
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_layers)
+            self.layer_type(d_model, num_heads, d_ff, dropout, norm_first)
+            for _ in range(num_layers)
         )
         self.norm = LayerNorm(d_model) if norm_first else None
 
-    def forward(self, x, mask=None, return_attention: bool = False):
+    def _run(self, x, *args, return_attention: bool = False, caches=None):
+        """Apply the layers in turn; collect their attention weights if asked."""
         weights = []
-        for layer in self.layers:
-            x = layer(x, mask, return_attention=return_attention)
+        for i, layer in enumerate(self.layers):
+            kwargs = {"return_attention": True} if return_attention else {}
+            if caches is not None:
+                kwargs["cache"] = caches[i]
+            x = layer(x, *args, **kwargs)
             if return_attention:
                 x, w = x
                 weights.append(w)
@@ -195,31 +196,36 @@ class Encoder(nn.Module):
         return (x, weights) if return_attention else x
 
 
-class Decoder(nn.Module):
+class Encoder(_LayerStack):
+    """A stack of ``num_layers`` :class:`EncoderLayer` (final LayerNorm when pre-norm).
+
+    Matches ``nn.TransformerEncoder`` (with ``norm=nn.LayerNorm(d_model)`` when
+    ``norm_first``). Arguments: ``(num_layers, d_model, num_heads, d_ff, dropout=0.1,
+    norm_first=False)``.
+
+    Shapes:
+        x: ``(B, S, D)``; mask: broadcastable to ``(B, H, S, S)``; returns ``(B, S, D)``
+        (and a list of per-layer weights ``(B, H, S, S)`` if ``return_attention``).
+    """
+
+    layer_type = EncoderLayer
+
+    def forward(self, x, mask=None, return_attention: bool = False):
+        return self._run(x, mask, return_attention=return_attention)
+
+
+class Decoder(_LayerStack):
     """A stack of ``num_layers`` :class:`DecoderLayer` (final LayerNorm when pre-norm).
 
-    Matches ``nn.TransformerDecoder``. With a :class:`KVCache` (``cache=``), ``x``
-    holds only the new positions (see :class:`DecoderLayer`).
+    Matches ``nn.TransformerDecoder``; same arguments as :class:`Encoder`. With a
+    :class:`KVCache` (``cache=``), ``x`` holds only the new positions (see
+    :class:`DecoderLayer`).
 
     Shapes:
         x: ``(B, T, D)``; memory: ``(B, S, D)``; returns ``(B, T, D)``.
     """
 
-    def __init__(
-        self,
-        num_layers: int,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        norm_first: bool = False,
-    ) -> None:
-        super().__init__()
-        check_positive_int("num_layers", num_layers)
-        self.layers = nn.ModuleList(
-            DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_layers)
-        )
-        self.norm = LayerNorm(d_model) if norm_first else None
+    layer_type = DecoderLayer
 
     def forward(
         self,
@@ -235,23 +241,9 @@ class Decoder(nn.Module):
                 f"cache: got a KVCache for {len(cache.layers)} layers, expected "
                 f"{len(self.layers)} (start it with cache.start, or use Transformer.decode)"
             )
-        layer_caches = [None] * len(self.layers) if cache is None else cache.layers
-        weights = []
-        for layer, layer_cache in zip(self.layers, layer_caches):
-            x = layer(
-                x,
-                memory,
-                tgt_mask,
-                memory_mask,
-                return_attention=return_attention,
-                cache=layer_cache,
-            )
-            if return_attention:
-                x, w = x
-                weights.append(w)
-        if self.norm is not None:
-            x = self.norm(x)
-        return (x, weights) if return_attention else x
+        caches = None if cache is None else cache.layers
+        args = (memory, tgt_mask, memory_mask)
+        return self._run(x, *args, return_attention=return_attention, caches=caches)
 
 
 class Transformer(nn.Module):
@@ -295,12 +287,7 @@ class Transformer(nn.Module):
         for name, n in (("src_vocab_size", src_vocab_size), ("tgt_vocab_size", tgt_vocab_size)):
             check_positive_int(name, n)
         check_positive_int("max_len", max_len)
-        vocab = min(src_vocab_size, tgt_vocab_size)
-        if pad_id is not None and not _is_token_id(pad_id, vocab):
-            raise ValueError(
-                f"pad_id: got {pad_id!r}, expected None or an int in [0, {vocab}) "
-                f"(a token id in both vocabularies)"
-            )
+        _check_pad_id(pad_id, min(src_vocab_size, tgt_vocab_size))
         self.d_model, self.max_len, self.pad_id = d_model, max_len, pad_id
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
         self.src_embedding = nn.Embedding(src_vocab_size, d_model)
@@ -320,10 +307,7 @@ class Transformer(nn.Module):
         return None if self.pad_id is None else _key_mask(src != self.pad_id)
 
     def target_mask(self, tgt: torch.Tensor) -> torch.Tensor:
-        """Causal mask, combined with target key padding when ``pad_id`` is set.
-
-        Shapes: returns ``(T, T)`` or ``(B, 1, T, T)``.
-        """
+        """Causal mask ``(T, T)``, and target key padding ``(B, 1, T, T)`` with ``pad_id``."""
         keep = None if self.pad_id is None else tgt != self.pad_id  # (B, T)
         return _with_keys(causal_mask(tgt.shape[1], tgt.device), keep)
 
@@ -343,13 +327,11 @@ class Transformer(nn.Module):
     ):
         """Decode ``tgt (B, T)`` against ``memory (B, S, D)`` -> logits ``(B, T, V)``.
 
-        Pass the ``src`` ids that produced ``memory`` so that padded source
-        positions are masked in cross-attention (needed only with ``pad_id``).
-
-        With ``cache`` (a :class:`KVCache`, empty at the first call), ``tgt`` holds
-        only the *new* tokens, which continue at position ``cache.length``; the
-        logits are those of the new positions and equal the last ``Tn`` rows of
-        decoding the whole prefix at once. Pass the same ``memory`` and ``src``
+        Pass the ``src`` ids that produced ``memory`` so that padded source positions
+        are masked in cross-attention (needed only with ``pad_id``). With ``cache`` (a
+        :class:`KVCache`, empty at the first call), ``tgt`` holds only the *new* tokens,
+        which continue at position ``cache.length``; their logits equal the last ``Tn``
+        rows of decoding the whole prefix at once. Pass the same ``memory`` and ``src``
         every time: the cache keeps what it derived from them at the first call.
         """
         self._check_ids("tgt", tgt)
@@ -361,19 +343,15 @@ class Transformer(nn.Module):
         """:meth:`decode` after its checks (:func:`greedy_decode` calls it at every step)."""
         if cache is None:
             start, tgt_mask = 0, self.target_mask(tgt)
-        else:
-            if cache.length == 0:  # the first step: keep the source mask for the whole run
-                cache.start(len(self.decoder.layers), memory_mask, memory.dtype)
-            start, T = cache.length, tgt.shape[1]
-            keep = None if self.pad_id is None else cache.extend_keep(tgt != self.pad_id)
-            # Query i sits at position start + i; a single new query may see every key.
-            tgt_mask = _with_keys(causal_mask(T, tgt.device, S=start + T) if T > 1 else None, keep)
-            memory_mask = cache.memory_mask
-            if not return_attention:  # the fused kernel: convert each mask once for all layers
-                memory_mask = cache.fused_memory_mask
-                tgt_mask = None if tgt_mask is None else prepare_fused_mask(tgt_mask, memory.dtype)
+        else:  # the new tokens continue where the cache ends
+            start, keep = cache.length, None if self.pad_id is None else tgt != self.pad_id
+            keep = cache.begin_step(len(self.decoder.layers), memory_mask, memory.dtype, keep)
+            tgt_mask = _step_mask(tgt.shape[1], start, keep, tgt.device)
+            memory_mask = cache.memory_mask if return_attention else cache.fused_memory_mask
+            if not return_attention and tgt_mask is not None:  # convert once for all layers
+                tgt_mask = prepare_fused_mask(tgt_mask, memory.dtype)
         y = embed_tokens(self.tgt_embedding, self.positional, tgt, start=start)
-        out = self.decoder(y, memory, tgt_mask, memory_mask, return_attention, cache)
+        out = self.decoder(y, memory, tgt_mask, memory_mask, return_attention, cache=cache)
         if return_attention:
             return self.output_layer(out[0]), out[1]
         return self.output_layer(out)  # (B, T, D) -> (B, T, V)
@@ -387,6 +365,16 @@ class Transformer(nn.Module):
                 f"tgt: got batch size {tgt.shape[0]}, expected {src.shape[0]} to match src"
             )
         return self._decode(tgt, memory, self.source_mask(src))
+
+
+def _step_mask(Tn: int, t: int, keep: torch.Tensor | None, device) -> torch.Tensor | None:
+    """Mask of ``Tn`` new queries (positions ``t .. t + Tn - 1``) against all ``t + Tn`` keys.
+
+    ``keep (B, t + Tn)`` hides padded keys. Returns None, ``(Tn, t + Tn)`` or
+    ``(B, 1, Tn, t + Tn)``: a single new query may see every key, so it needs no causal mask.
+    """
+    causal = causal_mask(Tn, device, S=t + Tn) if Tn > 1 else None
+    return _with_keys(causal, keep)
 
 
 def _key_mask(keep: torch.Tensor) -> torch.Tensor:
@@ -404,6 +392,14 @@ def _with_keys(mask: torch.Tensor | None, keep: torch.Tensor | None) -> torch.Te
 
 def _is_token_id(token: object, vocab_size: int) -> bool:
     return isinstance(token, int) and not isinstance(token, bool) and 0 <= token < vocab_size
+
+
+def _check_pad_id(pad_id: object, vocab_size: int) -> None:
+    if pad_id is not None and not _is_token_id(pad_id, vocab_size):
+        raise ValueError(
+            f"pad_id: got {pad_id!r}, expected None or an int in [0, {vocab_size}) "
+            f"(a token id in both vocabularies)"
+        )
 
 
 def _check_token_id(name: str, token: object, vocab_size: int) -> None:

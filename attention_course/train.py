@@ -94,22 +94,35 @@ def train_seq2seq(
     Shapes:
         src: ``(N, S)``; tgt: ``(N, T + 1)``; returns ``num_steps`` losses.
     """
-    device = next(model.parameters()).device
-    src, tgt = src.to(device), tgt.to(device)
-    gen = torch.Generator().manual_seed(seed)
-    optimizer, scheduler = make_optimizer(model, lr, num_steps, decay=False)
     ignore = model.pad_id if model.pad_id is not None else -100
-    model.train()
 
-    def step(i: int) -> float:
-        index = torch.randint(0, src.shape[0], (batch_size,), generator=gen).to(device)
-        s, t = src[index], tgt[index]
+    def loss_of(s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         logits = model(s, t[:, :-1])  # (B, T, V): position t predicts token t + 1
-        loss = F.cross_entropy(
+        return F.cross_entropy(
             logits.reshape(-1, logits.shape[-1]),  # (B, T, V) -> (B*T, V)
             t[:, 1:].reshape(-1),  # (B, T) -> (B*T,)
             ignore_index=ignore,
         )
+
+    settings = (num_steps, batch_size, lr, seed, progress, clip_norm)
+    return _train(model, (src, tgt), loss_of, *settings, decay=False)
+
+
+def _train(model, data, loss_of, num_steps, batch_size, lr, seed, progress, clip_norm, *, decay):
+    """Minimise ``loss_of(*batch)`` over random batches of the rows of the ``data`` tensors.
+
+    Batches are drawn with a private generator seeded by ``seed``; the optimizer and
+    schedule come from :func:`make_optimizer`. Returns the ``num_steps`` losses.
+    """
+    device = next(model.parameters()).device
+    data = [x.to(device) for x in data]
+    gen = torch.Generator().manual_seed(seed)
+    optimizer, scheduler = make_optimizer(model, lr, num_steps, decay=decay)
+    model.train()
+
+    def step(i: int) -> float:
+        index = torch.randint(0, data[0].shape[0], (batch_size,), generator=gen).to(device)
+        loss = loss_of(*(x[index] for x in data))
         return optimization_step(model, loss, optimizer, scheduler, clip_norm)
 
     return fit(step, num_steps, progress=progress)
@@ -142,18 +155,12 @@ def train_classifier(
             f"labels: got shape {shape_str(labels.shape)}, expected ({tokens.shape[0]},), "
             f"one class id per row of tokens {shape_str(tokens.shape)}"
         )
-    device = next(model.parameters()).device
-    tokens, labels = tokens.to(device), labels.to(device)
-    gen = torch.Generator().manual_seed(seed)
-    optimizer, scheduler = make_optimizer(model, lr, num_steps, decay=True)
-    model.train()
 
-    def step(i: int) -> float:
-        index = torch.randint(0, tokens.shape[0], (batch_size,), generator=gen).to(device)
-        loss = F.cross_entropy(model(tokens[index]), labels[index])  # (B, C), (B,) -> ()
-        return optimization_step(model, loss, optimizer, scheduler, clip_norm)
+    def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(model(x), y)  # (B, C), (B,) -> ()
 
-    return fit(step, num_steps, progress=progress)
+    settings = (num_steps, batch_size, lr, seed, progress, clip_norm)
+    return _train(model, (tokens, labels), loss_of, *settings, decay=True)
 
 
 @torch.no_grad()

@@ -118,15 +118,15 @@ class DecoderLayer(nn.Module):
 
     def _self_attention(self, x, mask, need_weights, cache=None):
         # With a KV cache, x holds the new positions; their keys and values join the cached ones.
-        slot = None if cache is None else cache.self_attn
-        out, weights = self.self_attn(x, x, x, mask=mask, need_weights=need_weights, cache=slot)
+        slot = {} if cache is None else {"cache": cache.self_attn}
+        out, weights = self.self_attn(x, x, x, mask=mask, need_weights=need_weights, **slot)
         return self.dropout1(out), weights
 
     def _cross_attention(self, x, memory, mask, need_weights, cache=None):
         # queries from the decoder (x), keys and values from the encoder (memory)
-        slot = None if cache is None else cache.cross_attn  # the memory, projected once
+        slot = {} if cache is None else {"cache": cache.cross_attn}  # the memory, projected once
         out, weights = self.cross_attn(
-            x, memory, memory, mask=mask, need_weights=need_weights, cache=slot
+            x, memory, memory, mask=mask, need_weights=need_weights, **slot
         )
         return self.dropout2(out), weights
 

@@ -26,6 +26,7 @@ from .attention import (
 )
 from .classifier import TransformerClassifier, masked_max_pool, masked_mean_pool
 from .device import get_device, seed_everything
+from .efficient import KVCache
 from .ffn import PositionwiseFeedForward
 from .interop import copy_weights_from_torch
 from .masking import causal_mask, padding_mask, to_additive_mask, to_torch_mha_mask
@@ -43,7 +44,6 @@ from .transformer import (
     DecoderLayer,
     Encoder,
     EncoderLayer,
-    KVCache,
     Transformer,
     greedy_decode,
 )

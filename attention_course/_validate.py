@@ -11,9 +11,13 @@ from collections.abc import Sequence
 
 import torch
 
+# Half precision: accumulate softmaxes and statistics in float32, then cast back.
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
 
 def shape_str(shape: Sequence[int]) -> str:
-    return "(" + ", ".join(str(int(s)) for s in shape) + ")"
+    """``(2, 3)``, ``(5,)`` or ``()``, as Python prints a tuple."""
+    return str(tuple(int(s) for s in shape))
 
 
 def require_tensor(name: str, x: object) -> torch.Tensor:
@@ -29,17 +33,11 @@ def require_float(name: str, x: object) -> torch.Tensor:
     return x
 
 
-def require_ndim(name: str, x: torch.Tensor, ndims: Sequence[int], layout: str) -> None:
-    if x.dim() not in ndims:
+def require_ndim(name: str, x: torch.Tensor, ndims: Sequence[int] | int, layout: str) -> None:
+    """``x`` must have one of the ``ndims`` dimensions, or at least ``ndims`` if it is an int."""
+    ok = x.dim() >= ndims if isinstance(ndims, int) else x.dim() in ndims
+    if not ok:
         raise ValueError(f"{name}: got shape {shape_str(x.shape)} ({x.dim()}-D), expected {layout}")
-
-
-def require_size(name: str, x: torch.Tensor, dim: int, size: int, what: str) -> None:
-    if x.shape[dim] != size:
-        raise ValueError(
-            f"{name}: got shape {shape_str(x.shape)}, expected size {size} in dimension "
-            f"{dim} ({what})"
-        )
 
 
 def broadcast_batch(names: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
@@ -51,6 +49,42 @@ def broadcast_batch(names: Sequence[str], tensors: Sequence[torch.Tensor]) -> No
         raise ValueError(
             f"{', '.join(names)}: leading (batch) dimensions do not broadcast: got {got}"
         ) from None
+
+
+def check_qkv(query: object, key: object, value: object, mask: object = None) -> tuple:
+    """Queries ``(..., T, Dk)``, keys ``(..., S, Dk)``, values ``(..., S, Dv)`` of one float
+    dtype whose leading (batch) axes broadcast, and a mask broadcastable to the scores.
+
+    Returns the scores' shape ``(..., T, S)``.
+    """
+    for name, x, layout in (
+        ("query", query, "T, Dk"),
+        ("key", key, "S, Dk"),
+        ("value", value, "S, Dv"),
+    ):
+        require_float(name, x)
+        require_ndim(name, x, 2, f"(..., {layout}), at least 2-D")
+    if not query.dtype == key.dtype == value.dtype:
+        raise ValueError(
+            f"query, key, value: got dtypes {query.dtype}, {key.dtype}, {value.dtype}, "
+            f"expected one dtype for all three"
+        )
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(
+            f"key: got shape {shape_str(key.shape)}, expected last dimension {query.shape[-1]} "
+            f"to match query {shape_str(query.shape)} (queries and keys share the width Dk)"
+        )
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(
+            f"value: got shape {shape_str(value.shape)}, expected S={key.shape[-2]} positions in "
+            f"dimension -2 to match key {shape_str(key.shape)} (one value per key)"
+        )
+    broadcast_batch(("query", "key", "value"), (query, key, value))
+    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    target = (*batch, query.shape[-2], key.shape[-2])
+    if mask is not None:
+        check_mask(mask, target, "(..., T, S)")
+    return target
 
 
 def check_mask(mask: object, target: Sequence[int], layout: str, name: str = "mask") -> None:

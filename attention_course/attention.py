@@ -16,20 +16,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validate import (
-    broadcast_batch,
+    LOW_PRECISION,
     check_mask,
     check_probability,
+    check_qkv,
     require_float,
     require_ndim,
     shape_str,
 )
 
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
-
 
 def _softmax(scores: torch.Tensor, dim: int) -> torch.Tensor:
     """Softmax that accumulates in float32 for half precision, then casts back."""
-    if scores.dtype in _LOW_PRECISION:
+    if scores.dtype in LOW_PRECISION:
         return torch.softmax(scores.float(), dim=dim).to(scores.dtype)
     return torch.softmax(scores, dim=dim)
 
@@ -122,40 +121,12 @@ def set_attention(
         X: ``(..., T, n)``; returns ``H (..., T, n)`` and ``A (..., T, T)``.
     """
     require_float("X", X)
-    require_ndim("X", X, range(2, 64), "(..., T, n) with at least 2 dimensions")
+    require_ndim("X", X, 2, "(..., T, n) with at least 2 dimensions")
     _check_beta(beta)
     scores = X @ X.transpose(-2, -1)  # (..., T, n) @ (..., n, T) -> (..., T, T)
     A = hard_argmax(scores) if hard else soft_argmax(scores, beta=beta)
     H = A @ X  # (..., T, T) @ (..., T, n) -> (..., T, n)
     return H, A
-
-
-def _validate_qkv(query: object, key: object, value: object) -> tuple[int, int]:
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        require_float(name, x)
-        require_ndim(name, x, range(2, 64), f"(..., {name[0].upper()}len, width), at least 2-D")
-    if not query.dtype == key.dtype == value.dtype:
-        raise ValueError(
-            f"query, key, value: got dtypes {query.dtype}, {key.dtype}, {value.dtype}, "
-            f"expected one dtype for all three"
-        )
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            f"key: got shape {shape_str(key.shape)}, expected last dimension {query.shape[-1]} "
-            f"to match query {shape_str(query.shape)} (queries and keys share the width Dk)"
-        )
-    if key.shape[-2] != value.shape[-2]:
-        raise ValueError(
-            f"value: got shape {shape_str(value.shape)}, expected {key.shape[-2]} positions in "
-            f"dimension -2 to match key {shape_str(key.shape)} (one value per key)"
-        )
-    broadcast_batch(("query", "key", "value"), (query, key, value))
-    return query.shape[-2], key.shape[-2]
-
-
-def _scores_shape(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> tuple:
-    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-    return (*batch, query.shape[-2], key.shape[-2])
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -212,16 +183,10 @@ def scaled_dot_product_attention(
         returns: output ``(..., T, Dv)`` and weights ``(..., T, S)``.
         The output's length comes from the queries, its width from the values.
     """
-    T, S = _validate_qkv(query, key, value)
-    target = _scores_shape(query, key, value)
-    if mask is not None:
-        check_mask(mask, target, "(..., T, S)")
-    check_probability("dropout_p", dropout_p)
+    _check_sdpa_inputs(query, key, value, mask, dropout_p, scale)
     if scale is None:
         # Scale by 1/sqrt(d_k): for unit-variance q and k, q.k has variance d_k (chapter 4).
         scale = 1.0 / math.sqrt(query.shape[-1])
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise ValueError(f"scale: got {scale!r}, expected a float or None")
 
     # Scale the query *before* the product (PyTorch's reference path also scales before it):
     # in float16 an unscaled q . k can exceed 65504 and become inf (d_k = 64 entries of 32
@@ -233,6 +198,13 @@ def scaled_dot_product_attention(
         weights = F.dropout(weights, p=dropout_p, training=True)
     output = weights @ value  # (..., T, S) @ (..., S, Dv) -> (..., T, Dv)
     return output, weights
+
+
+def _check_sdpa_inputs(query, key, value, mask, dropout_p, scale) -> None:
+    check_qkv(query, key, value, mask)
+    check_probability("dropout_p", dropout_p)
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
+        raise ValueError(f"scale: got {scale!r}, expected a float or None")
 
 
 class AdditiveAttention(nn.Module):
@@ -263,19 +235,14 @@ class AdditiveAttention(nn.Module):
         self.U = nn.Linear(key_dim, hidden_dim, bias=False)  # key -> hidden
         self.v = nn.Linear(hidden_dim, 1, bias=False)  # hidden -> one score
 
-    def forward(
-        self,
-        query: torch.Tensor,
-        keys: torch.Tensor,
-        values: torch.Tensor,
-        mask: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        require_float("query", query)
-        require_float("keys", keys)
-        require_float("values", values)
-        require_ndim("query", query, (2, 3), "(B, Dq) or (B, T, Dq)")
-        require_ndim("keys", keys, (3,), "(B, S, Dk)")
-        require_ndim("values", values, (3,), "(B, S, Dv)")
+    def _validate(self, query, keys, values, mask) -> None:
+        for name, x, layouts in (
+            ("query", query, ((2, 3), "(B, Dq) or (B, T, Dq)")),
+            ("keys", keys, ((3,), "(B, S, Dk)")),
+            ("values", values, ((3,), "(B, S, Dv)")),
+        ):
+            require_float(name, x)
+            require_ndim(name, x, *layouts)
         if query.shape[-1] != self.W.in_features:
             raise ValueError(
                 f"query: got shape {shape_str(query.shape)}, expected last dimension "
@@ -295,11 +262,21 @@ class AdditiveAttention(nn.Module):
             raise ValueError(
                 f"query: got batch size {query.shape[0]}, expected {keys.shape[0]} to match keys"
             )
-        single = query.dim() == 2
-        B, S = keys.shape[:2]
         if mask is not None:
+            B, S = keys.shape[:2]
+            single = query.dim() == 2
             target = (B, S) if single else (B, query.shape[1], S)
             check_mask(mask, target, "(B, S)" if single else "(B, T, S)")
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self._validate(query, keys, values, mask)
+        single = query.dim() == 2
         if single:
             query = query[:, None, :]  # (B, Dq) -> (B, 1, Dq)
             if mask is not None:

@@ -18,16 +18,12 @@ without a mask: the mistake chapter 11 measures. Here ``pooling="max"`` uses
 
 from __future__ import annotations
 
-import math
-from functools import partial
-
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ._validate import check_positive_int, require_float, require_ndim, shape_str
+from .embedding import check_token_ids, embed_tokens, xavier_init_
 from .positional import PositionalEncoding
-from .train import fit, optimization_step
 from .transformer import Encoder
 
 _POOLINGS = ("mean", "max")
@@ -134,26 +130,7 @@ class TransformerClassifier(nn.Module):
         self.positional = PositionalEncoding(d_model, max_len, dropout)
         self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
         self.output_layer = nn.Linear(d_model, num_classes)
-        # Xavier-uniform for every weight matrix, as in Transformer.
-        for p in self.parameters():
-            if p.dim() > 1:
-                nn.init.xavier_uniform_(p)
-
-    def _check_tokens(self, tokens: object) -> None:
-        if not isinstance(tokens, torch.Tensor):
-            raise ValueError(f"tokens: got {type(tokens).__name__}, expected a LongTensor (B, T)")
-        require_ndim("tokens", tokens, (2,), "(B, T) token ids")
-        if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
-            raise ValueError(f"tokens: got dtype {tokens.dtype}, expected integer token ids")
-        if not 1 <= tokens.shape[1] <= self.max_len:
-            raise ValueError(
-                f"tokens: got length {tokens.shape[1]}, expected 1 to max_len={self.max_len}"
-            )
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
-            raise ValueError(
-                f"tokens: got ids in [{int(tokens.min())}, {int(tokens.max())}], expected ids "
-                f"in [0, {self.vocab_size - 1}] (vocabulary size {self.vocab_size})"
-            )
+        xavier_init_(self)
 
     def encode(self, tokens: torch.Tensor, return_attention: bool = False):
         """Contextual vectors for every position, and the mask of real tokens.
@@ -163,11 +140,9 @@ class TransformerClassifier(nn.Module):
             plus a list of per-layer self-attention weights ``(B, H, T, T)``
             if ``return_attention``.
         """
-        self._check_tokens(tokens)
+        check_token_ids("tokens", tokens, self.vocab_size, self.max_len)
         keep = tokens != self.pad_id  # (B, T): True at real tokens
-        # Scale by sqrt(d_model) so the embeddings are not drowned by the positions (chapter 9).
-        x = self.embedding(tokens) * math.sqrt(self.d_model)  # (B, T) -> (B, T, D)
-        x = self.positional(x)
+        x = embed_tokens(self.embedding, self.positional, tokens)  # (B, T) -> (B, T, D)
         key_mask = keep[:, None, None, :]  # (B, T) -> (B, 1, 1, T): no query attends to padding
         out = self.encoder(x, key_mask, return_attention=return_attention)
         if return_attention:
@@ -186,75 +161,11 @@ class TransformerClassifier(nn.Module):
         return self.output_layer(self.pool(hidden, keep))  # (B, D) -> (B, num_classes)
 
 
-def _warmup_then_decay(i: int, warmup: int, total: int) -> float:
-    """Learning-rate factor: linear warm-up to 1 over ``warmup`` steps, then linear decay to 0."""
-    if i < warmup:
-        return (i + 1) / warmup
-    return max(0.0, (total - i) / max(1, total - warmup))
+def __getattr__(name: str):
+    # The training helpers live in train.py (models import no training code); chapter 11
+    # imports them from here, so this module hands them out on first use.
+    if name in ("train_classifier", "accuracy"):
+        from . import train
 
-
-def train_classifier(
-    model: nn.Module,
-    tokens: torch.Tensor,
-    labels: torch.Tensor,
-    *,
-    num_steps: int,
-    batch_size: int = 64,
-    lr: float = 1e-3,
-    seed: int = 0,
-    progress: bool = True,
-    clip_norm: float | None = 1.0,
-) -> list[float]:
-    """Train any ``model(tokens) -> logits (B, C)`` with cross-entropy on ``labels``.
-
-    Batches are drawn with a private generator seeded by ``seed``. Uses Adam
-    with a linear warm-up over the first 10% of steps (as ``train_seq2seq``),
-    then a linear decay of the learning rate to zero: small steps at the end
-    settle the weights, which matters for held-out accuracy.
-
-    Shapes:
-        tokens: ``(N, T)``; labels: ``(N,)`` class ids; returns ``num_steps`` losses.
-    """
-    if tokens.shape[0] != labels.shape[0] or labels.dim() != 1:
-        raise ValueError(
-            f"labels: got shape {shape_str(labels.shape)}, expected ({tokens.shape[0]},), "
-            f"one class id per row of tokens {shape_str(tokens.shape)}"
-        )
-    device = next(model.parameters()).device
-    tokens, labels = tokens.to(device), labels.to(device)
-    gen = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
-    warmup = max(1, num_steps // 10)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, partial(_warmup_then_decay, warmup=warmup, total=num_steps)
-    )
-    model.train()
-
-    def step(i: int) -> float:
-        index = torch.randint(0, tokens.shape[0], (batch_size,), generator=gen).to(device)
-        loss = F.cross_entropy(model(tokens[index]), labels[index])  # (B, C), (B,) -> ()
-        return optimization_step(model, loss, optimizer, scheduler, clip_norm)
-
-    return fit(step, num_steps, progress=progress)
-
-
-@torch.no_grad()
-def accuracy(
-    model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor, batch_size: int = 512
-) -> float:
-    """Fraction of rows whose highest logit is the label (evaluation mode, restored after).
-
-    Shapes:
-        tokens: ``(N, T)``; labels: ``(N,)``; returns a float in [0, 1].
-    """
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    correct = 0
-    try:
-        for i in range(0, tokens.shape[0], batch_size):
-            logits = model(tokens[i : i + batch_size].to(device))  # (B, C)
-            correct += int((logits.argmax(dim=-1) == labels[i : i + batch_size].to(device)).sum())
-    finally:
-        model.train(was_training)
-    return correct / tokens.shape[0]
+        return getattr(train, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,17 +16,28 @@ import torch
 from ._validate import check_mask, check_positive_int, shape_str
 
 
-def causal_mask(size: int, device: torch.device | str | None = None) -> torch.Tensor:
+def causal_mask(
+    size: int, device: torch.device | str | None = None, *, S: int | None = None
+) -> torch.Tensor:
     """Boolean causal ("look-ahead") mask: position ``t`` may attend to ``s <= t``.
 
     ``M[t, s] = (s <= t)``: True on and below the diagonal. It matches
     ``~torch.nn.Transformer.generate_square_subsequent_mask(size).isinf()``.
 
+    With ``S`` keys (``S >= size``, default ``size``) the ``size`` queries are the
+    *last* ``size`` of ``S`` positions, as when new tokens meet a KV cache: query
+    ``i`` sits at position ``i + S - size`` and ``M[i, s] = (s <= i + S - size)``.
+    The result equals the last ``size`` rows of ``causal_mask(S)``.
+
     Shapes:
-        returns: ``(size, size)`` bool; broadcasts to ``(B, H, T, T)``.
+        returns: ``(size, S)`` bool; broadcasts to ``(B, H, T, S)``.
     """
     check_positive_int("size", size)
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+    if S is None:
+        S = size
+    elif not isinstance(S, int) or isinstance(S, bool) or S < size:
+        raise ValueError(f"S: got {S!r}, expected None or an int >= size={size}")
+    return torch.ones(size, S, dtype=torch.bool, device=device).tril(diagonal=S - size)
 
 
 def padding_mask(lengths: torch.Tensor | Sequence[int], max_len: int | None = None) -> torch.Tensor:

@@ -6,10 +6,7 @@ attends on its own, the heads are concatenated and mixed by ``w_o``.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ._validate import (
@@ -21,6 +18,7 @@ from ._validate import (
     shape_str,
 )
 from .attention import scaled_dot_product_attention
+from .efficient import AttentionCache, FusedMask, fused_attention
 
 
 def _check_heads(d_model: int, num_heads: int) -> None:
@@ -121,8 +119,8 @@ class MultiHeadAttention(nn.Module):
             ("key", key, self.w_k.in_features),
             ("value", value, self.w_v.in_features),
         ):
-            require_float(name, x)
             length = "T" if name == "query" else "S"
+            require_float(name, x)
             require_ndim(name, x, (3,), f"(B, {length}, {width})")
             if x.shape[-1] != width:
                 raise ValueError(
@@ -131,14 +129,14 @@ class MultiHeadAttention(nn.Module):
         if not query.shape[0] == key.shape[0] == value.shape[0]:
             raise ValueError(
                 f"query, key, value: got batch sizes {query.shape[0]}, {key.shape[0]}, "
-                f"{value.shape[0]}, expected one batch size"
+                f"{value.shape[0]}, expected one batch size B"
             )
         if key.shape[1] != value.shape[1]:
             raise ValueError(
                 f"value: got shape {shape_str(value.shape)}, expected S={key.shape[1]} "
                 f"positions to match key {shape_str(key.shape)}"
             )
-        if mask is not None:
+        if mask is not None and not isinstance(mask, FusedMask):
             target = (query.shape[0], self.num_heads, query.shape[1], key.shape[1])
             check_mask(mask, target, "(B, H, T, S)")
 
@@ -149,66 +147,41 @@ class MultiHeadAttention(nn.Module):
         value: torch.Tensor,
         mask: torch.Tensor | None = None,
         need_weights: bool = True,
+        cache: AttentionCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        self._validate(query, key, value, mask)
-        p = self.dropout if self.training else 0.0
+        """With ``cache`` (an :class:`~attention_course.efficient.AttentionCache`, from a
+        decoder that has checked its inputs), ``key`` and ``value`` hold only the new
+        positions: their projections are appended to the cached ones (a static cache
+        projects them once), and ``mask`` covers all cached keys."""
+        if cache is None:
+            self._validate(query, key, value, mask)
         q = split_heads(self.w_q(query), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
-        k = split_heads(self.w_k(key), self.num_heads)  # (B, S, kdim) -> (B, S, D) -> (B, H, S, Dh)
-        v = split_heads(
-            self.w_v(value), self.num_heads
-        )  # (B, S, vdim) -> (B, S, D) -> (B, H, S, Dh)
+        if cache is not None and cache.filled:  # cross-attention: the memory is projected once
+            k, v = cache.keys, cache.values
+        else:
+            k = split_heads(self.w_k(key), self.num_heads)  # (B, S, kdim) -> (B, H, S, Dh)
+            v = split_heads(self.w_v(value), self.num_heads)  # (B, S, vdim) -> (B, H, S, Dh)
+        return self.attend(q, k, v, mask, need_weights, cache)
+
+    def attend(self, q, k, v, mask=None, need_weights: bool = True, cache=None):
+        """Attention of projected heads, then the output projection ``w_o``.
+
+        The one place that computes multi-head attention: :meth:`forward` calls it
+        after the projections; a variant that transforms the heads first (rotary
+        positions, grouped keys and values) calls it with its own ``q, k, v``.
+        With ``cache``, ``k`` and ``v`` (the new positions) go into it first and the
+        queries attend to every cached position. ``need_weights=False`` takes
+        PyTorch's fused kernel and returns None for the weights.
+
+        Shapes: q ``(B, H, T, Dh)``; k, v ``(B, H, S, Dh)``; mask broadcastable to
+        ``(B, H, T, S)`` (S counting the cached positions) or a ``FusedMask``;
+        returns ``(B, T, D)`` and weights ``(B, H, T, S)`` or None.
+        """
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, H, t + Tn, Dh) each
+        p = self.dropout if self.training else 0.0
         if need_weights:
             heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p)
         else:
-            heads, weights = _fused_attention(q, k, v, mask, p), None
-        output = self.w_o(merge_heads(heads))  # (B, H, T, Dh) -> (B, T, D) -> (B, T, D)
-        return output, weights
-
-
-class _SDPAMask(NamedTuple):
-    """A course mask converted once for ``F.scaled_dot_product_attention``.
-
-    Converting costs a few small operations; a decoder that applies the same mask
-    in every layer (or at every decoding step, for the source padding) converts it
-    once and passes this to :func:`_fused_attention`.
-
-    Attributes:
-        additive: float, 0 where a query may attend and -inf elsewhere, except on
-            fully masked rows, which are all 0 (attend everywhere: finite, and zeroed later).
-        empty: bool ``(..., T, 1)``, True on the fully masked rows; None when there are none.
-    """
-
-    additive: torch.Tensor
-    empty: torch.Tensor | None
-
-
-def _prepare_sdpa_mask(mask: torch.Tensor, dtype: torch.dtype) -> _SDPAMask:
-    """Convert a bool (True = may attend) or additive float mask into an :class:`_SDPAMask`."""
-    if mask.dtype == torch.bool:
-        # The kernels are faster with an additive float mask than with a bool one.
-        additive = torch.full(mask.shape, float("-inf"), dtype=dtype, device=mask.device)
-        additive.masked_fill_(mask, 0.0)  # 0 where a query may attend, -inf elsewhere
-    else:
-        additive = mask.to(dtype)
-    empty = torch.isneginf(additive).all(dim=-1, keepdim=True)  # (.., T, 1): no key allowed
-    if not bool(empty.any()):  # the usual case: every query may attend somewhere
-        return _SDPAMask(additive, None)
-    return _SDPAMask(additive.masked_fill(empty, 0.0), empty)
-
-
-def _fused_attention(q, k, v, mask, dropout_p: float) -> torch.Tensor:
-    """``F.scaled_dot_product_attention`` with fully masked rows returning zeros.
-
-    PyTorch's kernels may return NaN for a query that may attend to nothing.
-    We let such rows attend everywhere (a harmless, finite computation) and
-    zero their output afterwards. ``mask`` is None, a course mask, or an
-    :class:`_SDPAMask` prepared earlier.
-    """
-    if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
-    if not isinstance(mask, _SDPAMask):
-        mask = _prepare_sdpa_mask(mask, q.dtype)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.additive, dropout_p=dropout_p)
-    if mask.empty is None:
-        return out
-    return out.masked_fill(mask.empty, 0.0)  # (.., T, 1) broadcasts over Dh
+            heads, weights = fused_attention(q, k, v, mask, p), None
+        return self.w_o(merge_heads(heads)), weights  # (B, H, T, Dh) -> (B, T, D)

@@ -17,9 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ._validate import check_positive_int, require_float, shape_str
-
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
+from ._validate import LOW_PRECISION, check_positive_int, require_float, shape_str
 
 
 class LayerNorm(nn.Module):
@@ -70,7 +68,7 @@ class LayerNorm(nn.Module):
                 f"{shape_str(self.normalized_shape)} (normalized_shape)"
             )
         dtype = x.dtype
-        if dtype in _LOW_PRECISION:
+        if dtype in LOW_PRECISION:
             x = x.float()  # accumulate statistics in float32, as PyTorch does
         dims = tuple(range(-n, 0))  # the normalised axes, e.g. (-1,) or (-3, -2, -1)
         mean = x.mean(dim=dims, keepdim=True)  # (*, 1, ..., 1)

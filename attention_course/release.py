@@ -78,11 +78,6 @@ def strip_solution(source: str, placeholder: str = CODE_PLACEHOLDER, where: str 
     return "".join(kept)
 
 
-def has_solution(source: str) -> bool:
-    """True when ``source`` contains a solution block."""
-    return any(line.strip() == BEGIN_SOLUTION for line in source.splitlines())
-
-
 def make_student_notebook(solution: NotebookNode) -> NotebookNode:
     """Return the student copy of a solved notebook, unexecuted (outputs cleared).
 

@@ -28,8 +28,7 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._validate import check_mask, check_positive_int
-from .attention import _LOW_PRECISION, _scores_shape, _validate_qkv
+from ._validate import LOW_PRECISION, check_positive_int, check_qkv
 
 
 def tiled_attention(
@@ -55,12 +54,11 @@ def tiled_attention(
         query: ``(..., T, Dk)``; key: ``(..., S, Dk)``; value: ``(..., S, Dv)``;
         mask: broadcastable to ``(..., T, S)``; returns ``(..., T, Dv)``.
     """
-    T, S = _validate_qkv(query, key, value)
-    target = _scores_shape(query, key, value)  # (..., T, S)
-    if mask is not None:
-        check_mask(mask, target, "(..., T, S)")
-        mask = mask.expand(target)  # a view: no memory is allocated
+    target = check_qkv(query, key, value, mask)  # (..., T, S)
     check_positive_int("block_size", block_size)
+    T, S = target[-2:]
+    if mask is not None:
+        mask = mask.expand(target)  # a view: no memory is allocated
     batch = target[:-2]
     if not batch:  # (T, D) inputs: add a batch axis of 1, so that the loops below see 3-D groups
         mask = None if mask is None else mask[None]
@@ -93,7 +91,7 @@ class _TiledAttention(torch.autograd.Function):
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     """Accumulate half-precision inputs in float32; keep float32/float64 as they are."""
-    return torch.float32 if x.dtype in _LOW_PRECISION else x.dtype
+    return torch.float32 if x.dtype in LOW_PRECISION else x.dtype
 
 
 def _score_tile(q, key, mask, rows: slice, cols: slice) -> torch.Tensor:

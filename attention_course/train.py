@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from tqdm import tqdm  # the plain bar: tqdm.auto needs ipywidgets in Jupyter
 
+from ._validate import shape_str
 from .transformer import Transformer, greedy_decode
 
 
@@ -47,6 +50,28 @@ def optimization_step(
     return loss.item()
 
 
+def _warmup_then_decay(i: int, warmup: int, total: int | None) -> float:
+    """Learning-rate factor: linear warm-up to 1 over ``warmup`` steps, then constant
+    (``total=None``) or a linear decay to 0 at step ``total``."""
+    if i < warmup:
+        return (i + 1) / warmup
+    if total is None:
+        return 1.0
+    return max(0.0, (total - i) / max(1, total - warmup))
+
+
+def make_optimizer(model: nn.Module, lr: float, num_steps: int, decay: bool):
+    """Adam (betas 0.9, 0.98, as the paper) with a linear warm-up over the first 10% of
+    ``num_steps``, then a constant rate or (``decay=True``) a linear decay to zero.
+
+    Returns ``(optimizer, scheduler)``; step the scheduler once per optimisation step.
+    """
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
+    warmup = max(1, num_steps // 10)
+    factor = partial(_warmup_then_decay, warmup=warmup, total=num_steps if decay else None)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
 def train_seq2seq(
     model: Transformer,
     src: torch.Tensor,
@@ -69,27 +94,95 @@ def train_seq2seq(
     Shapes:
         src: ``(N, S)``; tgt: ``(N, T + 1)``; returns ``num_steps`` losses.
     """
-    device = next(model.parameters()).device
-    src, tgt = src.to(device), tgt.to(device)
-    gen = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
-    warmup = max(1, num_steps // 10)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: min(1.0, (i + 1) / warmup))
     ignore = model.pad_id if model.pad_id is not None else -100
-    model.train()
 
-    def step(i: int) -> float:
-        index = torch.randint(0, src.shape[0], (batch_size,), generator=gen).to(device)
-        s, t = src[index], tgt[index]
+    def loss_of(s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         logits = model(s, t[:, :-1])  # (B, T, V): position t predicts token t + 1
-        loss = F.cross_entropy(
+        return F.cross_entropy(
             logits.reshape(-1, logits.shape[-1]),  # (B, T, V) -> (B*T, V)
             t[:, 1:].reshape(-1),  # (B, T) -> (B*T,)
             ignore_index=ignore,
         )
+
+    settings = (num_steps, batch_size, lr, seed, progress, clip_norm)
+    return _train(model, (src, tgt), loss_of, *settings, decay=False)
+
+
+def _train(model, data, loss_of, num_steps, batch_size, lr, seed, progress, clip_norm, *, decay):
+    """Minimise ``loss_of(*batch)`` over random batches of the rows of the ``data`` tensors.
+
+    Batches are drawn with a private generator seeded by ``seed``; the optimizer and
+    schedule come from :func:`make_optimizer`. Returns the ``num_steps`` losses.
+    """
+    device = next(model.parameters()).device
+    data = [x.to(device) for x in data]
+    gen = torch.Generator().manual_seed(seed)
+    optimizer, scheduler = make_optimizer(model, lr, num_steps, decay=decay)
+    model.train()
+
+    def step(i: int) -> float:
+        index = torch.randint(0, data[0].shape[0], (batch_size,), generator=gen).to(device)
+        loss = loss_of(*(x[index] for x in data))
         return optimization_step(model, loss, optimizer, scheduler, clip_norm)
 
     return fit(step, num_steps, progress=progress)
+
+
+def train_classifier(
+    model: nn.Module,
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    num_steps: int,
+    batch_size: int = 64,
+    lr: float = 1e-3,
+    seed: int = 0,
+    progress: bool = True,
+    clip_norm: float | None = 1.0,
+) -> list[float]:
+    """Train any ``model(tokens) -> logits (B, C)`` with cross-entropy on ``labels``.
+
+    Batches are drawn with a private generator seeded by ``seed``. Uses Adam
+    with a linear warm-up over the first 10% of steps (as ``train_seq2seq``),
+    then a linear decay of the learning rate to zero: small steps at the end
+    settle the weights, which matters for held-out accuracy.
+
+    Shapes:
+        tokens: ``(N, T)``; labels: ``(N,)`` class ids; returns ``num_steps`` losses.
+    """
+    if tokens.shape[0] != labels.shape[0] or labels.dim() != 1:
+        raise ValueError(
+            f"labels: got shape {shape_str(labels.shape)}, expected ({tokens.shape[0]},), "
+            f"one class id per row of tokens {shape_str(tokens.shape)}"
+        )
+
+    def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(model(x), y)  # (B, C), (B,) -> ()
+
+    settings = (num_steps, batch_size, lr, seed, progress, clip_norm)
+    return _train(model, (tokens, labels), loss_of, *settings, decay=True)
+
+
+@torch.no_grad()
+def accuracy(
+    model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor, batch_size: int = 512
+) -> float:
+    """Fraction of rows whose highest logit is the label (evaluation mode, restored after).
+
+    Shapes:
+        tokens: ``(N, T)``; labels: ``(N,)``; returns a float in [0, 1].
+    """
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    correct = 0
+    try:
+        for i in range(0, tokens.shape[0], batch_size):
+            logits = model(tokens[i : i + batch_size].to(device))  # (B, C)
+            correct += int((logits.argmax(dim=-1) == labels[i : i + batch_size].to(device)).sum())
+    finally:
+        model.train(was_training)
+    return correct / tokens.shape[0]
 
 
 def exact_match(

@@ -135,14 +135,20 @@ def _tokens():
     return tokens
 
 
-def test_classifier_shapes():
-    model = _model()
-    logits = model(_tokens())
+def test_classifier_encodes_pools_real_tokens_and_classifies():
+    """forward = encode -> pool over the real tokens -> linear layer; padding gets no weight."""
+    model, tokens = _model(), _tokens()
+    logits = model(tokens)
     assert logits.shape == (4, 3)
-    hidden, keep = model.encode(_tokens())
-    assert hidden.shape == (4, 7, 16) and keep.shape == (4, 7) and keep.dtype == torch.bool
-    hidden, keep, weights = model.encode(_tokens(), return_attention=True)
-    assert len(weights) == 2 and weights[0].shape == (4, 2, 7, 7)
+    hidden, keep, weights = model.encode(tokens, return_attention=True)
+    assert hidden.shape == (4, 7, 16) and torch.equal(keep, tokens != 0)
+    pooled = torch.stack([hidden[b, : int(n)].mean(dim=0) for b, n in enumerate(keep.sum(1))])
+    torch.testing.assert_close(logits, model.output_layer(pooled))  # mean over real tokens only
+    assert len(weights) == 2  # one (B, H, T, T) map per layer
+    for w in weights:
+        assert w.shape == (4, 2, 7, 7)
+        assert bool((w.masked_select(~keep[:, None, None, :]) == 0).all())  # no padded key
+        torch.testing.assert_close(w.sum(-1), torch.ones(4, 2, 7, dtype=w.dtype))
 
 
 @pytest.mark.parametrize("pooling", ["mean", "max"])

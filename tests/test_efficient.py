@@ -34,6 +34,8 @@ from attention_course import (
     to_additive_mask,
     to_torch_mha_mask,
 )
+from attention_course.efficient import AttentionCache
+from attention_course.embedding import embed_tokens
 from attention_course.transformer import KVCache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -235,6 +237,53 @@ def test_fused_path_matches_nn_multihead_attention_forward_and_backward(randomiz
 
 # --- the KV cache -------------------------------------------------------------------------
 
+
+@pytest.mark.parametrize("need_weights", [True, False], ids=["weights", "fused"])
+def test_attention_fed_through_a_cache_chunk_by_chunk_equals_causal_attention(need_weights):
+    """MultiHeadAttention with an AttentionCache: each chunk's queries see all earlier keys."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(12, 3).double().eval()
+    x = torch.randn(2, 9, 12, dtype=torch.float64)
+    full, _ = attn(x, x, x, mask=causal_mask(9))
+    cache, start, outputs = AttentionCache(), 0, []
+    for size in [1, 3, 1, 4]:
+        new = x[:, start : start + size]
+        mask = causal_mask(size, S=start + size)  # the new queries are the last ones
+        out, weights = attn(new, new, new, mask=mask, need_weights=need_weights, cache=cache)
+        assert (weights is None) != need_weights
+        outputs.append(out)
+        start += size
+        assert cache.length == start and cache.keys.shape == (2, 3, start, 4)
+    assert_close(torch.cat(outputs, dim=1), full)
+
+
+def test_a_static_cache_projects_the_memory_once():
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(8, 2).double().eval()
+    x, memory = torch.randn(2, 3, 8, dtype=torch.float64), torch.randn(2, 5, 8, dtype=torch.float64)
+    cache = AttentionCache(static=True)
+    first, _ = attn(x[:, :1], memory, memory, cache=cache)
+    assert cache.filled
+    keys = cache.keys
+    # later steps read the stored projections: even a different "memory" changes nothing
+    second, _ = attn(x[:, 1:], torch.zeros_like(memory), torch.zeros_like(memory), cache=cache)
+    assert cache.keys is not None and torch.equal(cache.keys, keys)
+    assert_close(torch.cat([first, second], dim=1), attn(x, memory, memory)[0])
+
+
+def test_attend_on_projected_heads_is_the_module_after_its_projections():
+    """The entry point for variants that transform q, k, v first (rotary positions, ...)."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(8, 2, kdim=5, vdim=6).double().eval()
+    q, k, v = (torch.randn(2, n, d, dtype=torch.float64) for n, d in [(3, 8), (4, 5), (4, 6)])
+    mask = causal_mask(3, S=4)
+    heads = [split_heads(w(t), 2) for w, t in [(attn.w_q, q), (attn.w_k, k), (attn.w_v, v)]]
+    out, weights = attn.attend(*heads, mask=mask)
+    expected, expected_weights = attn(q, k, v, mask=mask)
+    assert_close(out, expected)
+    assert_close(weights, expected_weights)
+
+
 BOS, EOS, PAD = 1, 2, 0
 
 
@@ -341,7 +390,7 @@ def test_the_cache_holds_projected_keys_values_and_memory(randomize):
         assert_close(layer_cache.memory_values, split_heads(layer.cross_attn.w_v(memory), 4))
     # the first layer's self-attention keys are the projections of the embedded tokens
     first = model.decoder.layers[0]
-    x = model._embed(model.tgt_embedding, tokens[:, :4])
+    x = embed_tokens(model.tgt_embedding, model.positional, tokens[:, :4])
     assert_close(cache.layers[0].keys, split_heads(first.self_attn.w_k(x), 4))
 
 

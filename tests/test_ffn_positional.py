@@ -54,10 +54,16 @@ def test_ffn_dropout_only_in_training(randomize):
     assert not torch.allclose(ffn.train()(x), ffn.eval()(x))
 
 
+# Devices other than the CPU: "meta" (shapes and dtypes only, no data) runs everywhere, so
+# a tensor created on the CPU inside the module would fail this test on any machine.
+OTHER_DEVICES = ["meta"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", OTHER_DEVICES)
 def test_ffn_follows_dtype_and_device(device):
     ffn = PositionwiseFeedForward(6, 10).to(device=device, dtype=torch.float64)
     y = ffn(torch.randn(2, 5, 6, dtype=torch.float64, device=device))
-    assert y.dtype == torch.float64 and y.device.type == device.type
+    assert y.dtype == torch.float64 and y.device.type == device and y.shape == (2, 5, 6)
 
 
 # --- sinusoidal positional encoding -------------------------------------------------------

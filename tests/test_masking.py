@@ -30,8 +30,23 @@ def test_causal_mask_is_true_on_and_below_the_diagonal(size):
     assert torch.equal(mask, ~pytorch.isinf())
 
 
+@pytest.mark.parametrize("device", ["meta"] + (["cuda"] if torch.cuda.is_available() else []))
 def test_causal_mask_on_a_device(device):
-    assert causal_mask(3, device=device).device.type == device.type
+    """The "meta" device runs everywhere: a mask built on the CPU would not land there."""
+    assert causal_mask(3, device=device).device.type == device
+    assert causal_mask(3, device).device.type == device  # the contract's positional form
+    assert causal_mask(2, device, S=5).device.type == device
+
+
+@pytest.mark.parametrize("size, S", [(1, 1), (1, 4), (3, 7), (5, 5)])
+def test_causal_mask_with_more_keys_is_the_last_rows_of_the_square_mask(size, S):
+    """With S keys the size queries are the last ones, as when new tokens meet a KV cache."""
+    assert torch.equal(causal_mask(size, S=S), causal_mask(S)[S - size :])
+
+
+def test_causal_mask_rejects_fewer_keys_than_queries():
+    with pytest.raises(ValueError, match=r"S: got 2, expected None or an int >= size=3"):
+        causal_mask(3, S=2)
 
 
 def test_padding_mask_is_true_at_real_tokens():

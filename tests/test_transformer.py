@@ -306,16 +306,27 @@ def test_transformer_without_pad_id_attends_to_pad_tokens(randomize):
     assert not torch.allclose(model(padded, tgt), model(src, tgt))
 
 
-def test_transformer_builds_its_masks():
-    model = small_transformer()
+@pytest.mark.parametrize("pad_id", [PAD, None], ids=["pad", "no-pad"])
+def test_transformer_masks_hide_future_and_padded_keys(randomize, pad_id):
+    """What the masks do, read from the attention weights: no query sees a later target
+    position; with pad_id, none sees a padded key; without it, padding is a token like any."""
+    model = randomize(small_transformer(pad_id=pad_id))
     src = torch.tensor([[5, 3, PAD], [4, PAD, 2]])
     tgt = torch.tensor([[1, 2, 3, PAD], [1, PAD, 4, 5]])
-    assert torch.equal(model.source_mask(src), (src != PAD)[:, None, None, :])
-    expected = causal_mask(4) & (tgt != PAD)[:, None, None, :]  # future and PAD keys hidden
-    assert torch.equal(model.target_mask(tgt), expected)
-    no_pad = small_transformer(pad_id=None)
-    assert no_pad.source_mask(src) is None
-    assert torch.equal(no_pad.target_mask(tgt), causal_mask(4))
+    _, weights = model.decode(tgt, model.encode(src), src=src, return_attention=True)
+    future = ~causal_mask(4)  # (T, T): True where the key comes after the query
+    src_pad, tgt_pad = (src == PAD)[:, None, None, :], (tgt == PAD)[:, None, None, :]
+    for layer in weights:
+        self_w, cross_w = layer["self"], layer["cross"]  # (B, H, T, T), (B, H, T, S)
+        assert bool((self_w.masked_select(future) == 0).all())
+        assert_close(self_w.sum(-1), torch.ones_like(self_w[..., 0]))
+        if pad_id is None:
+            assert bool((cross_w.masked_select(src_pad.expand_as(cross_w)) > 0).all())
+        else:
+            assert bool((cross_w.masked_select(src_pad.expand_as(cross_w)) == 0).all())
+            seen_pad = tgt_pad.expand_as(self_w) & ~future  # padded keys a query could see
+            assert bool((self_w.masked_select(seen_pad) == 0).all())
+    assert (model.source_mask(src) is None) == (pad_id is None)
 
 
 def test_transformer_scales_embeddings_and_adds_positions(randomize):

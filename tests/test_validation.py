@@ -74,7 +74,7 @@ def sdpa_case(name, pattern, mask=None, tiled=False, **shapes_and_kwargs):
 
 
 for tiled in (False, True):
-    sdpa_case("query rank", r"query: got shape \(5\) \(1-D\), expected", q=(5,), tiled=tiled)
+    sdpa_case("query rank", r"query: got shape \(5,\) \(1-D\), expected", q=(5,), tiled=tiled)
     sdpa_case(
         "Dk mismatch",
         r"key: got shape \(2, 6, 4\), expected last dimension 5 to match query \(2, 4, 5\)",
@@ -83,7 +83,7 @@ for tiled in (False, True):
     )
     sdpa_case(
         "S mismatch",
-        r"value: got shape \(2, 5, 7\), expected 6 positions .* key \(2, 6, 5\)",
+        r"value: got shape \(2, 5, 7\), expected S=6 positions .* key \(2, 6, 5\)",
         v=(2, 5, 7),
         tiled=tiled,
     )
@@ -165,7 +165,7 @@ def _():
 @case("set_attention: 1-D X")
 def _():
     X = torch.randn(4)
-    return lambda: set_attention(X), r"X: got shape \(4\) \(1-D\), expected \(\.\.\., T, n\)", [X]
+    return lambda: set_attention(X), r"X: got shape \(4,\) \(1-D\), expected \(\.\.\., T, n\)", [X]
 
 
 # --- additive attention -------------------------------------------------------------------
@@ -182,7 +182,7 @@ def additive_case(name, pattern, query=(2, 3), keys=(2, 6, 4), values=(2, 6, 2),
 
 
 additive_case("query width", r"query: got shape \(2, 5\), expected last .* query_dim=3", (2, 5))
-additive_case("query rank", r"query: got shape \(3\) \(1-D\), expected \(B, Dq\) or", (3,))
+additive_case("query rank", r"query: got shape \(3,\) \(1-D\), expected \(B, Dq\) or", (3,))
 additive_case("keys rank", r"keys: got shape \(2, 4\) \(2-D\), expected \(B, S, Dk\)", keys=(2, 4))
 additive_case(
     "keys width", r"keys: got shape \(2, 6, 3\), expected \(B, S, key_dim=4\)", keys=(2, 6, 3)
@@ -334,7 +334,11 @@ def _():
 def _():
     module = LayerNorm((4, 5))
     x = torch.randn(5)
-    return lambda: module(x), r"x: got shape \(5\), expected trailing dimensions \(4, 5\)", [module]
+    return (
+        lambda: module(x),
+        r"x: got shape \(5,\), expected trailing dimensions \(4, 5\)",
+        [module],
+    )
 
 
 @case("LayerNorm: integer input")
@@ -544,7 +548,7 @@ transformer_case(
     lambda: torch.ones(2, 3),
     ids(2, 3),
 )
-transformer_case("src rank", r"src: got shape \(3\) \(1-D\), expected \(B, L\)", ids(3), ids(1, 3))
+transformer_case("src rank", r"src: got shape \(3,\) \(1-D\), expected \(B, L\)", ids(3), ids(1, 3))
 transformer_case(
     "batch mismatch", r"tgt: got batch size 3, expected 2 to match src", ids(2, 4), ids(3, 4)
 )

@@ -32,6 +32,7 @@ from ._runner import (
     run_cases,
     single_failure,
 )
+from ._weights import attend, expect_weights_then_output
 
 # ---------------------------------------------------------------- soft_argmax
 
@@ -235,49 +236,6 @@ def _set_attention_case(candidate, X: torch.Tensor, **kwargs):
     return run
 
 
-def expect_weights_then_output(
-    got: tuple,
-    expected_weights: torch.Tensor,
-    expected_output: torch.Tensor,
-    variants: dict[str, tuple],
-    *,
-    weights_name: str,
-    output_name: str,
-) -> None:
-    """Check the weights first, then the output.
-
-    ``got`` is ``(weights, output)``; ``variants`` maps a mistake to its
-    ``(output, weights)``. For the output only the mistakes whose weights
-    equal the student's are considered, so that a correct softmax followed by
-    a wrong product is not blamed on the softmax.
-    """
-    got_weights, got_output = got
-    expect_close(
-        got_weights,
-        expected_weights,
-        weights_name,
-        mistakes=[(d, lambda v=v: v[1]) for d, v in variants.items()],
-        hints=[sums_to_one_hint(-1, "the keys (last axis)")],
-    )
-    same_weights = {
-        d: v
-        for d, v in variants.items()
-        if v[1].shape == got_weights.shape
-        and torch.allclose(
-            v[1].to(torch.float64),
-            got_weights.detach().to(torch.float64),
-            atol=1e-6,
-            equal_nan=True,
-        )
-    }
-    expect_close(
-        got_output,
-        expected_output,
-        output_name,
-        mistakes=[(d, lambda v=v: v[0]) for d, v in same_weights.items()],
-    )
-
-
 def _check_pair_order(got, first: torch.Tensor, second: torch.Tensor, names) -> None:
     """Catch ``return second, first`` when the two shapes differ."""
     a, b = got
@@ -345,25 +303,6 @@ def check_set_attention(candidate, *, timeout: float = 10.0) -> Report:
 # ---------------------------------------------------------------- scaled dot-product
 
 
-def _attend(scores, value, mask=None, *, dim=-1, after=False, invert=False, fill="zero-rows"):
-    """Softmax the scores (masked one way or another) and average the values."""
-    if mask is not None and mask.dtype == torch.bool:
-        keep = ~mask if invert else mask
-        if not after:
-            if fill == "large-negative":
-                scores = scores.masked_fill(~keep, -1e9)
-            else:
-                scores = scores.masked_fill(~keep, float("-inf"))
-    elif mask is not None:
-        scores = scores + mask
-    weights = torch.softmax(scores, dim=dim)
-    if fill == "zero-rows":
-        weights = torch.nan_to_num(weights, nan=0.0)
-    if mask is not None and mask.dtype == torch.bool and after:
-        weights = weights * keep
-    return weights @ value, weights
-
-
 def _sdpa_variants(q, k, v, mask=None, scale=None) -> dict[str, tuple]:
     d_k, d_v = q.shape[-1], v.shape[-1]
     raw = q @ k.transpose(-2, -1)  # (..., T, Dk) @ (..., Dk, S) -> (..., T, S)
@@ -378,68 +317,68 @@ def _sdpa_variants(q, k, v, mask=None, scale=None) -> dict[str, tuple]:
             )
         else:
             ignored = "the `scale` argument is ignored: when given, it replaces 1/sqrt(d_k)"
-        variants[ignored] = _attend(raw / math.sqrt(d_k), v, mask)
+        variants[ignored] = attend(raw / math.sqrt(d_k), v, mask)
     else:
-        variants["the 1/sqrt(d_k) factor is missing: scale the scores by 1/sqrt(d_k)"] = _attend(
+        variants["the 1/sqrt(d_k) factor is missing: scale the scores by 1/sqrt(d_k)"] = attend(
             raw, v, mask
         )
-        variants["your scores are scaled by 1/d_k: the factor is 1/sqrt(d_k)"] = _attend(
+        variants["your scores are scaled by 1/d_k: the factor is 1/sqrt(d_k)"] = attend(
             raw / d_k, v, mask
         )
-        variants["you multiplied the scores by sqrt(d_k): divide by it"] = _attend(
+        variants["you multiplied the scores by sqrt(d_k): divide by it"] = attend(
             raw * math.sqrt(d_k), v, mask
         )
         if d_v != d_k:
             variants["you scaled by 1/sqrt(d_v): the factor uses the key size, 1/sqrt(d_k)"] = (
-                _attend(raw / math.sqrt(d_v), v, mask)
+                attend(raw / math.sqrt(d_v), v, mask)
             )
     variants[
         "your softmax runs over the query axis (dim=-2): the weights must sum to 1 over the keys"
-    ] = _attend(raw * s, v, mask, dim=-2)
-    variants["you averaged the keys instead of the values: the output is weights @ value"] = (
-        _attend(raw * s, k, mask)
+    ] = attend(raw * s, v, mask, dim=-2)
+    variants["you averaged the keys instead of the values: the output is weights @ value"] = attend(
+        raw * s, k, mask
     )
     if mask is not None and mask.dtype == torch.bool:
         variants[
             "the mask is inverted: True means 'may attend', so fill the scores where the mask "
             "is False"
-        ] = _attend(raw * s, v, mask, invert=True)
+        ] = attend(raw * s, v, mask, invert=True)
         variants[
             "the mask is applied after the softmax: masked keys must get -inf scores before "
             "the softmax, otherwise the remaining weights do not sum to 1"
-        ] = _attend(raw * s, v, mask, after=True)
+        ] = attend(raw * s, v, mask, after=True)
         variants[
             "the mask is ignored: fill the scores of masked keys with -inf before the softmax"
-        ] = _attend(raw * s, v)
+        ] = attend(raw * s, v)
         variants[
             "a fully masked row gives NaN (softmax of a row of -inf is 0/0): give such rows "
             "zero weights and a zero output"
-        ] = _attend(raw * s, v, mask, fill="nan")
+        ] = attend(raw * s, v, mask, fill="nan")
         variants[
             "a fully masked row gets uniform weights (a large negative fill makes the row "
             "constant): such rows must have zero weights and a zero output"
-        ] = _attend(raw * s, v, mask, fill="large-negative")
+        ] = attend(raw * s, v, mask, fill="large-negative")
         variants[
             "the bool mask multiplies the scores: that sets the masked scores to 0, not to "
             "-inf, so masked keys still get weight; use `scores.masked_fill(~mask, "
             "torch.finfo(scores.dtype).min)` (or -inf) before the softmax"
-        ] = _attend(raw * s * mask, v)
+        ] = attend(raw * s * mask, v)
     elif mask is not None:
-        variants["the float mask is ignored: add it to the scores before the softmax"] = _attend(
+        variants["the float mask is ignored: add it to the scores before the softmax"] = attend(
             raw * s, v
         )
-        variants["the float mask multiplies the scores: a float mask is added to them"] = _attend(
+        variants["the float mask multiplies the scores: a float mask is added to them"] = attend(
             raw * s * mask, v
         )
         variants[
             "a float mask is added to the scores, not converted to bool: `mask == 0` (or "
             "`mask.bool()`) is right only for a 0 / -inf mask, but a float mask may hold any "
             "bias (e.g. ALiBi's distance penalty); use `scores = scores + mask`"
-        ] = _attend(raw * s, v, mask == 0)
+        ] = attend(raw * s, v, mask == 0)
         variants[
             "a float mask is added to the scores, not converted to bool: `mask.bool()` marks "
             "every nonzero bias; use `scores = scores + mask`"
-        ] = _attend(raw * s, v, mask != 0)
+        ] = attend(raw * s, v, mask != 0)
     return variants
 
 
@@ -704,7 +643,7 @@ def _additive_variants(module, query, keys, values, mask) -> dict[str, tuple]:
     features = (q @ W.T)[:, :, None, :] + (keys @ U.T)[:, None, :, :]  # (B, T, S, hidden)
 
     def finish(scores, dim=-1, ignore_mask=False, **kw):
-        out, weights = _attend(scores, values, None if ignore_mask else m, dim=dim, **kw)
+        out, weights = attend(scores, values, None if ignore_mask else m, dim=dim, **kw)
         if query.dim() == 2:
             return out[:, 0], weights[:, 0]
         return out, weights
@@ -737,7 +676,7 @@ def _additive_variants(module, query, keys, values, mask) -> dict[str, tuple]:
             "keys (dim=-1)"
         ] = ((batch_weights @ values)[:, 0], batch_weights[:, 0])
     if mask is not None and query.dim() == 2 and mask.dim() == 2:
-        out, weights = _attend(good, values, mask)  # (B, 1, S) with (B, S) -> (B, B, S)
+        out, weights = attend(good, values, mask)  # (B, 1, S) with (B, S) -> (B, B, S)
         variants[
             "with a single query (B, Dq) the mask (B, S) needs the query axis too, "
             "`mask[:, None, :]` -> (B, 1, S): otherwise it broadcasts against the (B, 1, S) "

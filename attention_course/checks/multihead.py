@@ -24,7 +24,7 @@ from ._runner import (
     run_cases,
     single_failure,
 )
-from .attention import _attend, expect_weights_then_output
+from ._weights import attend, expect_weights_then_output
 
 # ---------------------------------------------------------------- split / merge
 
@@ -193,7 +193,7 @@ def _mha_variant(
 
     q, k, v = split_(module.w_q(query)), split_(module.w_k(key)), split_(module.w_v(value))
     factor = {"d_head": 1 / math.sqrt(Dh), "d_model": 1 / math.sqrt(D), "none": 1.0}[scale]
-    heads, weights = _attend(q @ k.transpose(-2, -1) * factor, v, mask, **attend_kwargs)
+    heads, weights = attend(q @ k.transpose(-2, -1) * factor, v, mask, **attend_kwargs)
     out = merge_(heads)
     return (module.w_o(out) if out_proj else out), weights
 

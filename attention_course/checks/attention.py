@@ -12,7 +12,6 @@ from attention_course import attention as ref
 from ._compare import (
     Mistake,
     expect_close,
-    expect_grad,
     expect_like,
     expect_tuple,
     fmt_shape,
@@ -20,17 +19,17 @@ from ._compare import (
 )
 from ._data import leaf, randn, random_bool
 from ._dropout import expect_dropout_of, is_unchanged
-from ._modules import backward_both, build_pair, compare_param_grads
-from ._report import Report
+from ._modules import (
+    ModulePair,
+    expect_same_grads,
+    leaves,
+)
 from ._runner import (
     TRIVIAL,
     Case,
     CaseFailed,
     call_student,
-    class_problem,
-    function_problem,
-    run_cases,
-    single_failure,
+    checker,
 )
 from ._weights import attend, expect_weights_then_output
 
@@ -128,17 +127,14 @@ def _soft_argmax_grad(candidate):
         expected = ref.soft_argmax(theirs, beta=1.5)
         got = call_student(candidate, mine, beta=1.5, what="soft_argmax(scores, beta=1.5)")
         expect_close(got, expected, "weights")
-        backward_both(got, expected)
-        expect_grad(mine.grad, theirs.grad, "`scores`")
+        expect_same_grads(got, expected, {"`scores`": (mine, theirs)})
 
     return run
 
 
-def check_soft_argmax(candidate, *, timeout: float = 10.0) -> Report:
+@checker("soft_argmax")
+def check_soft_argmax(candidate) -> list[Case]:
     """Check ``soft_argmax(scores, beta=1.0, dim=-1) -> softmax(beta * scores)``."""
-    problem = function_problem(candidate, "soft_argmax")
-    if problem:
-        return single_failure("soft_argmax", "is a function", problem)
     cases = [
         Case("1-D scores", _soft_argmax_case(candidate, randn(5, seed=1)), weight=TRIVIAL),
         Case("2-D scores, rows sum to 1", _soft_argmax_case(candidate, randn(3, 5, seed=2))),
@@ -180,7 +176,7 @@ def check_soft_argmax(candidate, *, timeout: float = 10.0) -> Report:
             covers=frozenset({"grad", "beta"}),
         ),
     ]
-    return run_cases("soft_argmax", cases, timeout)
+    return cases
 
 
 # ---------------------------------------------------------------- set_attention
@@ -261,17 +257,14 @@ def _set_attention_grad(candidate):
         got = call_student(candidate, mine, beta=0.5, what="set_attention(X, beta=0.5)")
         got_H = expect_tuple(got, 2, "set_attention", ("H", "A"))[0]
         expect_close(got_H, expected_H, "H")
-        backward_both(got_H, expected_H)
-        expect_grad(mine.grad, theirs.grad, "`X`")
+        expect_same_grads(got_H, expected_H, {"`X`": (mine, theirs)})
 
     return run
 
 
-def check_set_attention(candidate, *, timeout: float = 10.0) -> Report:
+@checker("set_attention")
+def check_set_attention(candidate) -> list[Case]:
     """Check ``set_attention(X, beta=1.0, hard=False) -> (H, A)``."""
-    problem = function_problem(candidate, "set_attention")
-    if problem:
-        return single_failure("set_attention", "is a function", problem)
     cases = [
         Case("X (T, n) with T != n", _set_attention_case(candidate, randn(5, 3, seed=21))),
         Case("batched X (B, T, n)", _set_attention_case(candidate, randn(2, 4, 6, seed=22))),
@@ -297,7 +290,7 @@ def check_set_attention(candidate, *, timeout: float = 10.0) -> Report:
         ),
         Case("gradient flows to X", _set_attention_grad(candidate), covers=frozenset({"grad"})),
     ]
-    return run_cases("set_attention", cases, timeout)
+    return cases
 
 
 # ---------------------------------------------------------------- scaled dot-product
@@ -433,8 +426,7 @@ def _sdpa_grad(candidate):
     def run():
         q, k, v = randn(2, 3, 4, seed=41), randn(2, 5, 4, seed=42), randn(2, 5, 6, seed=43)
         mask = random_bool(3, 5, seed=44)
-        mine = [leaf(t) for t in (q, k, v)]
-        theirs = [leaf(t) for t in (q, k, v)]
+        mine, theirs = leaves(q, k, v)
         expected, _ = ref.scaled_dot_product_attention(*theirs, mask=mask)
         got = call_student(
             candidate,
@@ -444,9 +436,8 @@ def _sdpa_grad(candidate):
         )
         got_out = expect_tuple(got, 2, "scaled_dot_product_attention", ("output", "weights"))[0]
         expect_close(got_out, expected, "output")
-        backward_both(got_out, expected)
-        for name, a, b in zip(("`query`", "`key`", "`value`"), mine, theirs):
-            expect_grad(a.grad, b.grad, name)
+        names = ("`query`", "`key`", "`value`")
+        expect_same_grads(got_out, expected, dict(zip(names, zip(mine, theirs))))
 
     return run
 
@@ -531,13 +522,10 @@ def _sdpa_dropout_case(candidate, q, k, v, p: float, mask=None):
     return run
 
 
-def check_scaled_dot_product_attention(candidate, *, timeout: float = 10.0) -> Report:
+@checker("scaled_dot_product_attention")
+def check_scaled_dot_product_attention(candidate) -> list[Case]:
     """Check ``scaled_dot_product_attention(query, key, value, mask=None, dropout_p=0.0,
     scale=None) -> (output, weights)``."""
-    target = "scaled_dot_product_attention"
-    problem = function_problem(candidate, target)
-    if problem:
-        return single_failure(target, "is a function", problem)
     B, T, S, Dk, Dv, H = 2, 3, 5, 4, 6, 3
     q3, k3, v3 = randn(B, T, Dk, seed=31), randn(B, S, Dk, seed=32), randn(B, S, Dv, seed=33)
     q4, k4, v4 = (
@@ -628,7 +616,7 @@ def check_scaled_dot_product_attention(candidate, *, timeout: float = 10.0) -> R
             covers=frozenset({"grad", "mask", "mask=bool"}),
         ),
     ]
-    return run_cases(target, cases, timeout)
+    return cases
 
 
 # ---------------------------------------------------------------- additive attention
@@ -704,24 +692,19 @@ def _masked_softmax(scores, mask, dim):
 
 def _additive_case(candidate, query, keys, values, mask=None, dims=(3, 5, 4)):
     def run():
-        student, reference = build_pair(candidate, ref.AdditiveAttention, dims)
-        reference.eval()
-        student.eval()
-        expected_ctx, expected_w = reference(query, keys, values, mask=mask)
-        kwargs = {} if mask is None else {"mask": mask}
-        got = call_student(
-            student,
+        pair = ModulePair(candidate, ref.AdditiveAttention, dims, train=False)
+        got, (expected_ctx, expected_w) = pair.call(
             query,
             keys,
             values,
+            mask=mask,
             what="attention(query, keys, values" + (", mask)" if mask is not None else ")"),
             arg_names=("query", "keys", "values"),
-            **kwargs,
         )
         got = expect_tuple(got, 2, "AdditiveAttention.forward", ("context", "weights"))
         _check_pair_order(got, expected_ctx, expected_w, ("context", "weights"))
         with torch.no_grad():
-            variants = _additive_variants(reference, query, keys, values, mask)
+            variants = _additive_variants(pair.reference, query, keys, values, mask)
         try:
             expect_weights_then_output(
                 got[::-1],
@@ -746,17 +729,22 @@ def _additive_case(candidate, query, keys, values, mask=None, dims=(3, 5, 4)):
 
 def _additive_grad(candidate):
     def run():
-        student, reference = build_pair(candidate, ref.AdditiveAttention, (3, 5, 4))
+        pair = ModulePair(candidate, ref.AdditiveAttention, (3, 5, 4))
         query, keys, values = (
             randn(2, 2, 3, seed=61),
             randn(2, 4, 5, seed=62),
             randn(2, 4, 6, seed=63),
         )
         mask = random_bool(2, 1, 4, seed=64)
-        mine = [leaf(t) for t in (query, keys, values)]
-        theirs = [leaf(t) for t in (query, keys, values)]
-        expected, _ = reference(*theirs, mask=mask)
-        got = call_student(student, *mine, mask=mask, what="attention(query, keys, values, mask)")
+        got, (expected, _) = pair.call(
+            query,
+            keys,
+            values,
+            mask=mask,
+            what="attention(query, keys, values, mask)",
+            arg_names=(),
+            grad=True,
+        )
         got_ctx, got_w = expect_tuple(got, 2, "AdditiveAttention.forward", ("context", "weights"))
         expect_close(got_ctx, expected, "context")
         if isinstance(got_w, torch.Tensor) and not got_w.requires_grad:
@@ -765,20 +753,14 @@ def _additive_grad(candidate):
                 "(`.detach()`, `.data` or `torch.no_grad()`), so a loss on the weights (e.g. an "
                 "attention-supervision loss) cannot train W, U and v; return them as computed"
             )
-        backward_both(got_ctx, expected)
-        compare_param_grads(student, reference, "AdditiveAttention")
-        for name, a, b in zip(("`query`", "`keys`", "`values`"), mine, theirs):
-            expect_grad(a.grad, b.grad, name)
+        pair.expect_grads(got_ctx, expected, ("`query`", "`keys`", "`values`"))
 
     return run
 
 
-def check_additive_attention(candidate, *, timeout: float = 10.0) -> Report:
+@checker("additive_attention", "AdditiveAttention")
+def check_additive_attention(candidate) -> list[Case]:
     """Check the class ``AdditiveAttention(query_dim, key_dim, hidden_dim)``."""
-    target = "additive_attention"
-    problem = class_problem(candidate, target, "AdditiveAttention")
-    if problem:
-        return single_failure(target, "is an nn.Module class", problem)
     B, T, S, Dq, Dk, Dv = 2, 3, 5, 3, 5, 6
     q2, q3 = randn(B, Dq, seed=51), randn(B, T, Dq, seed=52)
     keys, values = randn(B, S, Dk, seed=53), randn(B, S, Dv, seed=54)
@@ -817,4 +799,4 @@ def check_additive_attention(candidate, *, timeout: float = 10.0) -> Report:
             covers=frozenset({"grad", "mask", "mask=(B, 1, S)"}),
         ),
     ]
-    return run_cases(target, cases, timeout)
+    return cases

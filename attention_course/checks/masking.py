@@ -7,15 +7,12 @@ import torch
 from attention_course import masking as ref
 
 from ._compare import expect_close
-from ._report import Report
 from ._runner import (
     TRIVIAL,
     Case,
     CaseFailed,
     call_student,
-    function_problem,
-    run_cases,
-    single_failure,
+    checker,
 )
 
 _BOOL_HINT = "build it with `dtype=torch.bool` (or compare with `<`/`<=`, which gives bools)"
@@ -114,12 +111,10 @@ def _causal_meta_case(candidate, size: int):
     return run
 
 
-def check_causal_mask(candidate, *, timeout: float = 10.0) -> Report:
+@checker("causal_mask")
+def check_causal_mask(candidate) -> list[Case]:
     """Check ``causal_mask(size, device=None) -> bool (size, size)``, True on and below
     the diagonal."""
-    problem = function_problem(candidate, "causal_mask")
-    if problem:
-        return single_failure("causal_mask", "is a function", problem)
     cases = [
         Case("size 1", _causal_case(candidate, 1), weight=TRIVIAL),
         Case("size 2", _causal_case(candidate, 2), weight=TRIVIAL),
@@ -136,7 +131,7 @@ def check_causal_mask(candidate, *, timeout: float = 10.0) -> Report:
             covers=frozenset({"device", "device=meta"}),
         ),
     ]
-    return run_cases("causal_mask", cases, timeout)
+    return cases
 
 
 def _padding_mistakes(lengths: torch.Tensor, max_len: int | None):
@@ -266,12 +261,10 @@ def _padding_meta_case(candidate, max_len: int):
     return run
 
 
-def check_padding_mask(candidate, *, timeout: float = 10.0) -> Report:
+@checker("padding_mask")
+def check_padding_mask(candidate) -> list[Case]:
     """Check ``padding_mask(lengths, max_len=None) -> bool (B, max_len)``, True at real
     tokens."""
-    problem = function_problem(candidate, "padding_mask")
-    if problem:
-        return single_failure("padding_mask", "is a function", problem)
     cases = [
         Case("lengths [3, 1, 4], max_len from the lengths", _padding_case(candidate, [3, 1, 4])),
         Case(
@@ -302,4 +295,4 @@ def check_padding_mask(candidate, *, timeout: float = 10.0) -> Report:
             covers=frozenset({"max_len", "device=meta"}),
         ),
     ]
-    return run_cases("padding_mask", cases, timeout)
+    return cases

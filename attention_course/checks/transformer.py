@@ -6,19 +6,19 @@ import torch
 
 from attention_course import transformer as ref
 
-from ._compare import expect_close, expect_grad, expect_like, expect_tuple, fmt_shape, tolerances
-from ._data import leaf, randn
+from ._compare import expect_close, expect_like, expect_tuple, fmt_shape, tolerances
+from ._data import randn
 from ._dropout import expect_dropout_of, is_unchanged
-from ._modules import backward_both, build_pair, compare_param_grads
-from ._report import Report
+from ._modules import (
+    ModulePair,
+    build_pair,
+)
 from ._runner import (
     TRIVIAL,
     Case,
     CaseFailed,
     call_student,
-    class_problem,
-    run_cases,
-    single_failure,
+    checker,
 )
 
 # ---------------------------------------------------------------- shared: dropout, weights
@@ -259,26 +259,19 @@ _ENCODER_ATTRIBUTES = ("self_attn", "ffn", "norm1", "norm2", "norm_first")
 
 def _encoder_case(candidate, init: dict, x, mask=None, grad=False, train=False):
     def run():
-        student, reference = build_pair(candidate, ref.EncoderLayer, kwargs=init)
-        student.train(train)
-        reference.train(train)
-        mine, theirs = (leaf(x), leaf(x)) if grad else (x, x)
-        expected = reference(theirs, mask)
-        kwargs = {} if mask is None else {"mask": mask}
-        got = call_student(
-            student,
-            mine,
+        pair = ModulePair(candidate, ref.EncoderLayer, init=init, train=train)
+        got, expected = pair.call(
+            x,
+            mask=mask,
             what="layer(x" + (", mask)" if mask is not None else ")"),
             arg_names=("x",),
-            **kwargs,
+            grad=grad,
         )
         with torch.no_grad():
-            variants = _encoder_variants(reference, x, mask, init.get("norm_first", False))
+            variants = _encoder_variants(pair.reference, x, mask, init.get("norm_first", False))
         expect_close(got, expected, "the output", mistakes=variants)
         if grad:
-            backward_both(got, expected)
-            compare_param_grads(student, reference, "EncoderLayer")
-            expect_grad(mine.grad, theirs.grad, "`x`")
+            pair.expect_grads(got, expected, ("`x`",))
 
     return run
 
@@ -372,13 +365,10 @@ def _attributes_case(candidate, reference_cls, names, init):
     return run
 
 
-def check_encoder_layer(candidate, *, timeout: float = 10.0) -> Report:
+@checker("encoder_layer", "EncoderLayer")
+def check_encoder_layer(candidate) -> list[Case]:
     """Check the class ``EncoderLayer(d_model, num_heads, d_ff, dropout=0.1,
     norm_first=False)``."""
-    target = "encoder_layer"
-    problem = class_problem(candidate, target, "EncoderLayer")
-    if problem:
-        return single_failure(target, "is an nn.Module class", problem)
     B, T, D = 2, 5, 8
     x = randn(B, T, D, seed=151)
     post = {"d_model": D, "num_heads": 2, "d_ff": 16, "dropout": 0.0}
@@ -467,7 +457,7 @@ def check_encoder_layer(candidate, *, timeout: float = 10.0) -> Report:
             covers=_covers("grad", "mask", "mode=train", "norm_first", "norm_first=True x grad"),
         ),
     ]
-    return run_cases(target, cases, timeout)
+    return cases
 
 
 # ---------------------------------------------------------------- DecoderLayer
@@ -585,37 +575,25 @@ def _decoder_case(
     candidate, init, x, memory, tgt_mask=None, memory_mask=None, grad=False, train=False
 ):
     def run():
-        student, reference = build_pair(candidate, ref.DecoderLayer, kwargs=init)
-        student.train(train)
-        reference.train(train)
-        if grad:
-            mine, theirs = (leaf(x), leaf(memory)), (leaf(x), leaf(memory))
-        else:
-            mine = theirs = (x, memory)
-        expected = reference(*theirs, tgt_mask=tgt_mask, memory_mask=memory_mask)
-        kwargs = {}
-        if tgt_mask is not None:
-            kwargs["tgt_mask"] = tgt_mask
-        if memory_mask is not None:
-            kwargs["memory_mask"] = memory_mask
-        got = call_student(
-            student,
-            *mine,
-            what="layer(x, memory" + "".join(f", {k}=..." for k in kwargs) + ")",
+        pair = ModulePair(candidate, ref.DecoderLayer, init=init, train=train)
+        masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
+        given = "".join(f", {k}=..." for k, v in masks.items() if v is not None)
+        got, expected = pair.call(
+            x,
+            memory,
+            what=f"layer(x, memory{given})",
             arg_names=("x", "memory"),
+            grad=grad,
             error_hint=_DECODER_ERROR_HINT,
-            **kwargs,
+            **masks,
         )
         with torch.no_grad():
             variants = _decoder_variants(
-                reference, x, memory, tgt_mask, memory_mask, init.get("norm_first", False)
+                pair.reference, x, memory, tgt_mask, memory_mask, init.get("norm_first", False)
             )
         expect_close(got, expected, "the output", mistakes=variants)
         if grad:
-            backward_both(got, expected)
-            compare_param_grads(student, reference, "DecoderLayer")
-            expect_grad(mine[0].grad, theirs[0].grad, "`x`")
-            expect_grad(mine[1].grad, theirs[1].grad, "`memory`")
+            pair.expect_grads(got, expected, ("`x`", "`memory`"))
 
     return run
 
@@ -742,13 +720,10 @@ def _decoder_attention_case(candidate, init: dict, x, memory, tgt_mask=None, mem
 _DECODER_ATTRIBUTES = ("self_attn", "cross_attn", "ffn", "norm1", "norm2", "norm3", "norm_first")
 
 
-def check_decoder_layer(candidate, *, timeout: float = 10.0) -> Report:
+@checker("decoder_layer", "DecoderLayer")
+def check_decoder_layer(candidate) -> list[Case]:
     """Check the class ``DecoderLayer(d_model, num_heads, d_ff, dropout=0.1,
     norm_first=False)``."""
-    target = "decoder_layer"
-    problem = class_problem(candidate, target, "DecoderLayer")
-    if problem:
-        return single_failure(target, "is an nn.Module class", problem)
     B, T, S, D = 2, 4, 6, 8
     x, memory = randn(B, T, D, seed=161), randn(B, S, D, seed=162)
     post = {"d_model": D, "num_heads": 2, "d_ff": 16, "dropout": 0.0}
@@ -872,4 +847,4 @@ def check_decoder_layer(candidate, *, timeout: float = 10.0) -> Report:
             ),
         ),
     ]
-    return run_cases(target, cases, timeout)
+    return cases

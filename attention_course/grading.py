@@ -37,7 +37,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .notebooks import KERNEL_NAME, missing_tools, notebook_client
+from .notebooks import (
+    KERNEL_NAME,
+    add_timeout_argument,
+    command_main,
+    missing_tools,
+    notebook_client,
+)
 
 if TYPE_CHECKING:  # nbformat and nbclient come with the `dev` extra; imported when used
     from nbformat import NotebookNode
@@ -448,13 +454,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print a JSON document instead of the table"
     )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT,
-        metavar="SECONDS",
-        help=f"time limit for each cell of the submission (default {DEFAULT_TIMEOUT:g})",
-    )
+    add_timeout_argument(parser, DEFAULT_TIMEOUT, "for each cell of the submission")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -480,12 +480,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="attention-course grade",
-        description="Execute a submitted exercise notebook and grade every task in it.",
+    return command_main(
+        "attention-course grade",
+        "Execute a submitted exercise notebook and grade every task in it.",
+        add_arguments,
+        run,
+        argv,
     )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ to ipykernel's own spec, which launches ``sys.executable -m ipykernel_launcher``
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -88,3 +90,27 @@ def toc_files(root: Path) -> list[str]:
 
     walk(yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8")))
     return files
+
+
+def add_timeout_argument(parser: argparse.ArgumentParser, default: float, what: str) -> None:
+    """The commands' ``--timeout SECONDS`` option: the time limit ``what`` (e.g. "per cell")."""
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=default,
+        metavar="SECONDS",
+        help=f"time limit {what} (default {default:g})",
+    )
+
+
+def command_main(
+    prog: str,
+    description: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """``python -m attention_course.<command>``: parse ``argv`` and carry out the command."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -29,7 +29,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .notebooks import KERNEL_SPEC, missing_tools, notebook_client
+from .notebooks import (
+    KERNEL_SPEC,
+    add_timeout_argument,
+    command_main,
+    missing_tools,
+    notebook_client,
+)
 
 if TYPE_CHECKING:  # nbformat and nbclient come with the `dev` extra; imported when used
     from nbformat import NotebookNode
@@ -246,13 +252,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also re-execute the solved notebooks in place (after a checker changed)",
     )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_CELL_TIMEOUT,
-        metavar="SECONDS",
-        help=f"time limit per cell (default {DEFAULT_CELL_TIMEOUT:g})",
-    )
+    add_timeout_argument(parser, DEFAULT_CELL_TIMEOUT, "per cell")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -296,12 +296,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="attention-course release",
-        description="Generate exercises/NN.ipynb from exercises/solutions/NN.ipynb.",
+    return command_main(
+        "attention-course release",
+        "Generate exercises/NN.ipynb from exercises/solutions/NN.ipynb.",
+        add_arguments,
+        run,
+        argv,
     )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

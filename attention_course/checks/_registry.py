@@ -22,54 +22,31 @@ from .transformer import check_decoder_layer, check_encoder_layer
 
 @dataclass(frozen=True)
 class Checker:
-    """One checker: its target key, the function, and what the student defines."""
+    """One checker: its target key, the function, and the exercise notebook that uses it."""
 
     target: str  # the key of ``CHECKERS``, e.g. "additive_attention"
     check: Callable  # ``check_<target>(candidate, *, timeout=...)``
-    name: str  # the contract name a student's notebook defines, e.g. "AdditiveAttention"
     exercise: str | None  # the exercise notebook that grades it, None where none does yet
 
 
-REGISTRY: tuple[Checker, ...] = (
-    Checker("soft_argmax", check_soft_argmax, "soft_argmax", "01_attention_over_sets"),
-    Checker("set_attention", check_set_attention, "set_attention", "01_attention_over_sets"),
-    Checker(
-        "scaled_dot_product_attention",
-        check_scaled_dot_product_attention,
-        "scaled_dot_product_attention",
-        "04_scaled_dot_product",
-    ),
-    Checker(
-        "additive_attention", check_additive_attention, "AdditiveAttention", "03_additive_attention"
-    ),
-    Checker("causal_mask", check_causal_mask, "causal_mask", "05_masking"),
-    Checker("padding_mask", check_padding_mask, "padding_mask", "05_masking"),
-    Checker("split_heads", check_split_heads, "split_heads", "06_multi_head_attention"),
-    Checker("merge_heads", check_merge_heads, "merge_heads", "06_multi_head_attention"),
-    Checker(
-        "multi_head_attention",
-        check_multi_head_attention,
-        "MultiHeadAttention",
-        "06_multi_head_attention",
-    ),
-    Checker("layer_norm", check_layer_norm, "LayerNorm", "07_layernorm_batchnorm"),
-    Checker("batch_norm", check_batch_norm, "BatchNorm1d", "07_layernorm_batchnorm"),
-    Checker(
-        "positionwise_feed_forward",
-        check_positionwise_feed_forward,
-        "PositionwiseFeedForward",
-        "08_feed_forward",
-    ),
-    Checker(
-        "sinusoidal_positional_encoding",
-        check_sinusoidal_positional_encoding,
-        "sinusoidal_positional_encoding",
-        "09_positional_encoding",
-    ),
-    Checker("encoder_layer", check_encoder_layer, "EncoderLayer", "10_transformer"),
-    Checker("decoder_layer", check_decoder_layer, "DecoderLayer", "10_transformer"),
-    # Part V
-    Checker("filter_logits", check_filter_logits, "filter_logits", None),
+# The checkers by the exercise notebook (exercises/NN_name.ipynb) whose tasks use them.
+_BY_EXERCISE: dict[str | None, tuple[Callable, ...]] = {
+    "01_attention_over_sets": (check_soft_argmax, check_set_attention),
+    "03_additive_attention": (check_additive_attention,),
+    "04_scaled_dot_product": (check_scaled_dot_product_attention,),
+    "05_masking": (check_causal_mask, check_padding_mask),
+    "06_multi_head_attention": (check_split_heads, check_merge_heads, check_multi_head_attention),
+    "07_layernorm_batchnorm": (check_layer_norm, check_batch_norm),
+    "08_feed_forward": (check_positionwise_feed_forward,),
+    "09_positional_encoding": (check_sinusoidal_positional_encoding,),
+    "10_transformer": (check_encoder_layer, check_decoder_layer),
+    None: (check_filter_logits,),  # Part V: no exercise notebook yet
+}
+
+REGISTRY: tuple[Checker, ...] = tuple(
+    Checker(check.__name__.removeprefix("check_"), check, exercise)
+    for exercise, checks in _BY_EXERCISE.items()
+    for check in checks
 )
 
 CHECKERS: dict[str, Callable] = {c.target: c.check for c in REGISTRY}

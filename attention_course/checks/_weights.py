@@ -29,21 +29,20 @@ def attend(scores, value, mask=None, *, dim=-1, after=False, invert=False, fill=
 
 def expect_weights_then_output(
     got: tuple,
-    expected_weights: torch.Tensor,
-    expected_output: torch.Tensor,
+    expected: tuple[torch.Tensor, torch.Tensor],
     variants: dict[str, tuple],
-    *,
-    weights_name: str,
-    output_name: str,
+    names: tuple[str, str] = ("output", "weights"),
 ) -> None:
     """Check the weights first, then the output.
 
-    ``got`` is ``(weights, output)``; ``variants`` maps a mistake to its
-    ``(output, weights)``. For the output only the mistakes whose weights
-    equal the student's are considered, so that a correct softmax followed by
-    a wrong product is not blamed on the softmax.
+    ``got`` and ``expected`` are ``(output, weights)`` pairs, ``names`` names them in
+    messages; ``variants`` maps a mistake to its ``(output, weights)``. For the output only
+    the mistakes whose weights equal the student's are considered, so that a correct
+    softmax followed by a wrong product is not blamed on the softmax.
     """
-    got_weights, got_output = got
+    got_output, got_weights = got
+    expected_output, expected_weights = expected
+    output_name, weights_name = names
     expect_close(
         got_weights,
         expected_weights,

@@ -9,28 +9,11 @@ import torch
 
 from attention_course import attention as ref
 
-from ._compare import (
-    Mistake,
-    expect_close,
-    expect_like,
-    expect_tuple,
-    fmt_shape,
-    sums_to_one_hint,
-)
+from ._compare import Mistake, expect_close, expect_like, expect_tuple, fmt_shape, sums_to_one_hint
 from ._data import leaf, randn, random_bool
 from ._dropout import expect_dropout_of, is_unchanged
-from ._modules import (
-    ModulePair,
-    expect_same_grads,
-    leaves,
-)
-from ._runner import (
-    TRIVIAL,
-    Case,
-    CaseFailed,
-    call_student,
-    checker,
-)
+from ._modules import ModulePair, expect_same_grads, leaves
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 from ._weights import attend, expect_weights_then_output
 
 # ---------------------------------------------------------------- soft_argmax
@@ -221,12 +204,7 @@ def _set_attention_case(candidate, X: torch.Tensor, **kwargs):
         _check_pair_order(got, expected_H, expected_A, ("H", "A"))
         variants = _set_attention_variants(X, kwargs.get("beta", 1.0), kwargs.get("hard", False))
         expect_weights_then_output(
-            got[::-1],
-            expected_A,
-            expected_H,
-            variants,
-            weights_name="A (the weights)",
-            output_name="H",
+            got, (expected_H, expected_A), variants, ("H", "A (the weights)")
         )
 
     return run
@@ -390,14 +368,7 @@ def _sdpa_case(candidate, q, k, v, **kwargs):
         got = expect_tuple(got, 2, "scaled_dot_product_attention", ("output", "weights"))
         _check_pair_order(got, expected_out, expected_w, ("output", "weights"))
         variants = _sdpa_variants(q, k, v, kwargs.get("mask"), kwargs.get("scale"))
-        expect_weights_then_output(
-            got[::-1],
-            expected_w,
-            expected_out,
-            variants,
-            weights_name="weights",
-            output_name="output",
-        )
+        expect_weights_then_output(got, (expected_out, expected_w), variants)
 
     return run
 
@@ -707,12 +678,7 @@ def _additive_case(candidate, query, keys, values, mask=None, dims=(3, 5, 4)):
             variants = _additive_variants(pair.reference, query, keys, values, mask)
         try:
             expect_weights_then_output(
-                got[::-1],
-                expected_w,
-                expected_ctx,
-                variants,
-                weights_name="weights",
-                output_name="context",
+                got, (expected_ctx, expected_w), variants, ("context", "weights")
             )
         except CaseFailed as failure:
             text = str(failure)

@@ -10,17 +10,8 @@ from attention_course import ffn as ref
 from ._compare import expect_close, expect_like
 from ._data import randn
 from ._dropout import expect_dropout_of, is_unchanged, looks_dropped_out
-from ._modules import (
-    ModulePair,
-    build_pair,
-)
-from ._runner import (
-    TRIVIAL,
-    Case,
-    CaseFailed,
-    call_student,
-    checker,
-)
+from ._modules import ModulePair, build_pair
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 
 _FFN_DROPOUT_WHERE = (
     "on the hidden activations, between the activation and linear2: "

@@ -12,19 +12,8 @@ from attention_course import multihead as ref
 from ._compare import expect_close, expect_like, expect_tuple, fmt_shape
 from ._data import randn, random_bool
 from ._dropout import expect_dropout_of, is_unchanged, looks_dropped_out
-from ._modules import (
-    ModulePair,
-    build_pair,
-    expect_same_grads,
-    leaves,
-)
-from ._runner import (
-    TRIVIAL,
-    Case,
-    CaseFailed,
-    call_student,
-    checker,
-)
+from ._modules import ModulePair, build_pair, expect_same_grads, leaves
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 from ._weights import attend, expect_weights_then_output
 
 # ---------------------------------------------------------------- split / merge
@@ -292,14 +281,7 @@ def _mha_case(candidate, init: dict, shapes, mask=None, need_weights=True, train
         with torch.no_grad():
             variants = _mha_variants(reference, query, key, value, mask)
         if need_weights:
-            expect_weights_then_output(
-                got[::-1],
-                expected_w,
-                expected_out,
-                variants,
-                weights_name="weights",
-                output_name="output",
-            )
+            expect_weights_then_output(got, (expected_out, expected_w), variants)
         else:
             expect_close(
                 got[0],

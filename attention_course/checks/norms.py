@@ -12,17 +12,8 @@ from attention_course import norms as ref
 
 from ._compare import expect_close
 from ._data import randn
-from ._modules import (
-    ModulePair,
-    build_pair,
-)
-from ._runner import (
-    TRIVIAL,
-    Case,
-    CaseFailed,
-    call_student,
-    checker,
-)
+from ._modules import ModulePair, build_pair
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 
 # ---------------------------------------------------------------- LayerNorm
 

@@ -9,17 +9,8 @@ from attention_course import transformer as ref
 from ._compare import expect_close, expect_like, expect_tuple, fmt_shape, tolerances
 from ._data import randn
 from ._dropout import expect_dropout_of, is_unchanged
-from ._modules import (
-    ModulePair,
-    build_pair,
-)
-from ._runner import (
-    TRIVIAL,
-    Case,
-    CaseFailed,
-    call_student,
-    checker,
-)
+from ._modules import ModulePair, build_pair
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 
 # ---------------------------------------------------------------- shared: dropout, weights
 

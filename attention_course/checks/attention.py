@@ -118,7 +118,7 @@ def _soft_argmax_grad(candidate):
 @checker("soft_argmax")
 def check_soft_argmax(candidate) -> list[Case]:
     """Check ``soft_argmax(scores, beta=1.0, dim=-1) -> softmax(beta * scores)``."""
-    cases = [
+    return [
         Case("1-D scores", _soft_argmax_case(candidate, randn(5, seed=1)), weight=TRIVIAL),
         Case("2-D scores, rows sum to 1", _soft_argmax_case(candidate, randn(3, 5, seed=2))),
         Case(
@@ -159,7 +159,6 @@ def check_soft_argmax(candidate) -> list[Case]:
             covers=frozenset({"grad", "beta"}),
         ),
     ]
-    return cases
 
 
 # ---------------------------------------------------------------- set_attention
@@ -243,7 +242,7 @@ def _set_attention_grad(candidate):
 @checker("set_attention")
 def check_set_attention(candidate) -> list[Case]:
     """Check ``set_attention(X, beta=1.0, hard=False) -> (H, A)``."""
-    cases = [
+    return [
         Case("X (T, n) with T != n", _set_attention_case(candidate, randn(5, 3, seed=21))),
         Case("batched X (B, T, n)", _set_attention_case(candidate, randn(2, 4, 6, seed=22))),
         Case(
@@ -268,7 +267,6 @@ def check_set_attention(candidate) -> list[Case]:
         ),
         Case("gradient flows to X", _set_attention_grad(candidate), covers=frozenset({"grad"})),
     ]
-    return cases
 
 
 # ---------------------------------------------------------------- scaled dot-product
@@ -519,7 +517,7 @@ def check_scaled_dot_product_attention(candidate) -> list[Case]:
         randn(4, 16, 5, seed=48),
     )
     big_mask = random_bool(4, 16, 16, seed=49)
-    cases = [
+    return [
         Case("3-D inputs, T != S, d_k != d_v", _sdpa_case(candidate, q3, k3, v3)),
         Case("4-D inputs with heads (B, H, T, d_k)", _sdpa_case(candidate, q4, k4, v4)),
         Case(
@@ -587,7 +585,6 @@ def check_scaled_dot_product_attention(candidate) -> list[Case]:
             covers=frozenset({"grad", "mask", "mask=bool"}),
         ),
     ]
-    return cases
 
 
 # ---------------------------------------------------------------- additive attention
@@ -734,7 +731,7 @@ def check_additive_attention(candidate) -> list[Case]:
     mask3 = random_bool(B, 1, S, seed=55)  # (B, 1, S)
     fully = random_bool(B, T, S, seed=56)
     fully[1, 0] = False
-    cases = [
+    return [
         Case(
             "query (B, Dq): context (B, Dv), weights (B, S)",
             _additive_case(candidate, q2, keys, values),
@@ -765,4 +762,3 @@ def check_additive_attention(candidate) -> list[Case]:
             covers=frozenset({"grad", "mask", "mask=(B, 1, S)"}),
         ),
     ]
-    return cases

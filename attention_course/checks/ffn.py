@@ -155,7 +155,7 @@ def check_positionwise_feed_forward(candidate) -> list[Case]:
     x = randn(2, 3, 8, seed=141)
     relu = {"d_model": 8, "d_ff": 16}
     big = randn(4, 16, 8, seed=143)
-    cases = [
+    return [
         Case("(B, T, D) input, relu", _ffn_case(candidate, relu, x)),
         Case("T = 1", _ffn_case(candidate, relu, x[:, :1]), weight=TRIVIAL),
         Case(
@@ -190,4 +190,3 @@ def check_positionwise_feed_forward(candidate) -> list[Case]:
             covers=frozenset({"grad", "mode=train"}),
         ),
     ]
-    return cases

@@ -121,7 +121,7 @@ def _causal_meta_case(candidate, size: int):
 def check_causal_mask(candidate) -> list[Case]:
     """Check ``causal_mask(size, device=None) -> bool (size, size)``, True on and below
     the diagonal."""
-    cases = [
+    return [
         Case("size 1", _causal_case(candidate, 1), weight=TRIVIAL),
         Case("size 2", _causal_case(candidate, 2), weight=TRIVIAL),
         Case("size 5", _causal_case(candidate, 5)),
@@ -137,7 +137,6 @@ def check_causal_mask(candidate) -> list[Case]:
             covers=frozenset({"device", "device=meta"}),
         ),
     ]
-    return cases
 
 
 def _padding_mistakes(lengths: torch.Tensor, max_len: int | None):
@@ -267,7 +266,7 @@ def _padding_meta_case(candidate, max_len: int):
 def check_padding_mask(candidate) -> list[Case]:
     """Check ``padding_mask(lengths, max_len=None) -> bool (B, max_len)``, True at real
     tokens."""
-    cases = [
+    return [
         Case("lengths [3, 1, 4], max_len from the lengths", _padding_case(candidate, [3, 1, 4])),
         Case(
             "lengths [2, 5], max_len=7",
@@ -297,4 +296,3 @@ def check_padding_mask(candidate) -> list[Case]:
             covers=frozenset({"max_len", "device=meta"}),
         ),
     ]
-    return cases

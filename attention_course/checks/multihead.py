@@ -81,7 +81,7 @@ def _split_case(candidate, shape: tuple[int, int, int], H: int, seed: int, grad:
 @checker("split_heads")
 def check_split_heads(candidate) -> list[Case]:
     """Check ``split_heads(x (B, T, D), num_heads) -> (B, H, T, Dh)``."""
-    cases = [
+    return [
         Case("(B, T, D) = (2, 3, 8), H = 2", _split_case(candidate, (2, 3, 8), 2, seed=71)),
         Case("H = 1", _split_case(candidate, (2, 3, 6), 1, seed=72), weight=TRIVIAL),
         Case("H = 4", _split_case(candidate, (2, 5, 8), 4, seed=73)),
@@ -93,7 +93,6 @@ def check_split_heads(candidate) -> list[Case]:
             covers=frozenset({"grad"}),
         ),
     ]
-    return cases
 
 
 def _merge_case(candidate, shape: tuple[int, int, int, int], seed: int, grad: bool = False):
@@ -128,7 +127,7 @@ def _merge_roundtrip(candidate):
 @checker("merge_heads")
 def check_merge_heads(candidate) -> list[Case]:
     """Check ``merge_heads(x (B, H, T, Dh)) -> (B, T, H * Dh)``."""
-    cases = [
+    return [
         Case("(B, H, T, Dh) = (2, 2, 3, 4)", _merge_case(candidate, (2, 2, 3, 4), seed=81)),
         Case("H = 1", _merge_case(candidate, (2, 1, 3, 5), seed=82), weight=TRIVIAL),
         Case("H = 4, T = 5", _merge_case(candidate, (2, 4, 5, 2), seed=83)),
@@ -140,7 +139,6 @@ def check_merge_heads(candidate) -> list[Case]:
             covers=frozenset({"grad"}),
         ),
     ]
-    return cases
 
 
 # ---------------------------------------------------------------- MultiHeadAttention
@@ -411,7 +409,7 @@ def check_multi_head_attention(candidate) -> list[Case]:
     fully[1, 0, 2] = False
     base = {"d_model": 8, "num_heads": 2}
     cross = {"d_model": 8, "num_heads": 2, "kdim": 5, "vdim": 7}
-    cases = [
+    return [
         Case("attributes num_heads and d_head", _mha_attributes(candidate), weight=TRIVIAL),
         Case(
             "self-attention, d_model=8, H=2",
@@ -483,4 +481,3 @@ def check_multi_head_attention(candidate) -> list[Case]:
             covers=frozenset({"grad", "mode=train", "mask", "mask=bool", "kdim", "vdim"}),
         ),
     ]
-    return cases

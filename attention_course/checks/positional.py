@@ -107,7 +107,7 @@ def _pe_case(candidate, max_len: int, d_model: int):
 @checker("sinusoidal_positional_encoding")
 def check_sinusoidal_positional_encoding(candidate) -> list[Case]:
     """Check ``sinusoidal_positional_encoding(max_len, d_model) -> (max_len, d_model)``."""
-    cases = [
+    return [
         Case("max_len=10, d_model=16", _pe_case(candidate, 10, 16), covers=frozenset({"even"})),
         Case("max_len=1, d_model=4 (position 0 only)", _pe_case(candidate, 1, 4), weight=TRIVIAL),
         Case("max_len=50, d_model=6", _pe_case(candidate, 50, 6), covers=frozenset({"even"})),
@@ -124,4 +124,3 @@ def check_sinusoidal_positional_encoding(candidate) -> list[Case]:
             covers=frozenset({"odd"}),
         ),
     ]
-    return cases

@@ -16,8 +16,7 @@ import torch
 
 from ._answers import answer_name, is_number, kind, plain, show
 from ._compare import expect_close, expect_grad, expect_tuple, fmt_shape
-from ._report import Report
-from ._runner import Case, CaseFailed, call_student, describe_exception, run_cases
+from ._runner import Case, CaseFailed, call_student, checker, describe_exception
 
 
 def _as_number(value: object, what: str) -> float:
@@ -51,6 +50,7 @@ BETA_TOKENS = ((1.0, 0.0), (0.8, 0.6), (0.0, 1.0))
 
 
 def chosen_beta_cases(candidate: Callable) -> list[Case]:
+    """Cases for a function returning a ``beta`` for chapter 1's three tokens."""
     from attention_course.attention import set_attention
 
     X = torch.tensor(BETA_TOKENS, dtype=torch.float64)
@@ -142,6 +142,7 @@ DTYPE_HINT = (
 
 
 def dot_product_attention_cases(candidate: Callable) -> list[Case]:
+    """Cases for ``dot_product_attention(query, key, value) -> (output, weights)`` (unscaled)."""
     from attention_course.attention import scaled_dot_product_attention
 
     def run_with(
@@ -241,6 +242,7 @@ def dot_product_attention_cases(candidate: Callable) -> list[Case]:
 
 
 def masked_mean_pool_cases(candidate: Callable) -> list[Case]:
+    """Cases for ``masked_mean_pool(x, mask) -> pooled``, compared with the classifier's."""
     from attention_course.classifier import masked_mean_pool
     from attention_course.masking import padding_mask
 
@@ -348,16 +350,7 @@ CASES: dict[str, Callable[[Callable], list[Case]]] = {
 """The computed questions' cases by name, as the question bank names them."""
 
 
-def check_chosen_beta(candidate: Callable, *, timeout: float = 10.0) -> Report:
-    """Check a function returning a ``beta`` for chapter 1's three tokens."""
-    return run_cases("chosen_beta", chosen_beta_cases(candidate), timeout)
-
-
-def check_dot_product_attention(candidate: Callable, *, timeout: float = 10.0) -> Report:
-    """Check ``dot_product_attention(query, key, value) -> (output, weights)`` (unscaled)."""
-    return run_cases("dot_product_attention", dot_product_attention_cases(candidate), timeout)
-
-
-def check_masked_mean_pool(candidate: Callable, *, timeout: float = 10.0) -> Report:
-    """Check ``masked_mean_pool(x, mask) -> pooled`` against the classifier's."""
-    return run_cases("masked_mean_pool", masked_mean_pool_cases(candidate), timeout)
+# ``check_<name>(candidate, *, timeout=10.0) -> Report``, like the chapter checkers.
+check_chosen_beta = checker("chosen_beta")(chosen_beta_cases)
+check_dot_product_attention = checker("dot_product_attention")(dot_product_attention_cases)
+check_masked_mean_pool = checker("masked_mean_pool")(masked_mean_pool_cases)

@@ -328,7 +328,7 @@ def _tied():
 def check_filter_logits(candidate) -> list[Case]:
     """Check ``filter_logits(logits, top_k=None, top_p=None) -> (..., V)``: -inf outside
     the top-k / top-p set, top_k first when both are given."""
-    cases = [
+    return [
         Case(
             "top_k=3 on (4, 10) logits",
             _compare_case(candidate, _scaled(4, 10, seed=1), top_k=3),
@@ -405,4 +405,3 @@ def check_filter_logits(candidate) -> list[Case]:
             covers=frozenset({"top_p", "bad top_p"}),
         ),
     ]
-    return cases

@@ -370,7 +370,7 @@ def check_encoder_layer(candidate) -> list[Case]:
     big_post = {"d_model": 16, "num_heads": 2, "d_ff": 32, "dropout": 0.3}
     big_pre = {**big_post, "norm_first": True}
     big_padding = (torch.arange(8) < torch.tensor([8, 5, 8, 6])[:, None])[:, None, None, :]
-    cases = [
+    return [
         Case(
             "attributes (self_attn, ffn, norm1, norm2, norm_first)",
             _attributes_case(candidate, ref.EncoderLayer, _ENCODER_ATTRIBUTES, pre),
@@ -448,7 +448,6 @@ def check_encoder_layer(candidate) -> list[Case]:
             covers=_covers("grad", "mask", "mode=train", "norm_first", "norm_first=True x grad"),
         ),
     ]
-    return cases
 
 
 # ---------------------------------------------------------------- DecoderLayer
@@ -729,7 +728,7 @@ def check_decoder_layer(candidate) -> list[Case]:
     big_memory_padding = (torch.arange(10) < torch.tensor([10, 7, 9, 10])[:, None])[
         :, None, None, :
     ]  # (B, 1, 1, S)
-    cases = [
+    return [
         Case(
             "attributes (self_attn, cross_attn, ffn, norm1..3, norm_first)",
             _attributes_case(candidate, ref.DecoderLayer, _DECODER_ATTRIBUTES, pre),
@@ -838,4 +837,3 @@ def check_decoder_layer(candidate) -> list[Case]:
             ),
         ),
     ]
-    return cases

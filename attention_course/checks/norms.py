@@ -468,12 +468,10 @@ def _batch_norm_grad(candidate):
 
 def _batch_norm_fresh_eval(candidate):
     def run():
-        student, reference = build_pair(candidate, ref.BatchNorm1d, kwargs={"num_features": 4})
-        student.eval()
-        reference.eval()
+        pair = ModulePair(candidate, ref.BatchNorm1d, init={"num_features": 4}, train=False)
+        reference = pair.reference
         x = _batch_inputs(4, False, seed=131)[0]
-        expected = reference(x)
-        got = call_student(student, x, what="bn(x) in eval mode", arg_names=("x",))
+        got, expected = pair.call(x, what="bn(x) in eval mode", arg_names=("x",))
         expect_close(
             got,
             expected,

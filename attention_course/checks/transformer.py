@@ -313,15 +313,12 @@ def _encoder_attention_case(candidate, init: dict, x, mask=None):
     """``return_attention=True`` returns ``(x, weights (B, H, T, T))``."""
 
     def run():
-        student, reference = build_pair(candidate, ref.EncoderLayer, kwargs=init)
-        student.eval()
-        reference.eval()
-        expected_x, expected_w = reference(x, mask, return_attention=True)
-        kwargs = (
-            {"return_attention": True} if mask is None else {"mask": mask, "return_attention": True}
-        )
+        pair = ModulePair(candidate, ref.EncoderLayer, init=init, train=False)
+        reference = pair.reference
         what = "layer(x" + (", mask" if mask is not None else "") + ", return_attention=True)"
-        got = call_student(student, x, what=what, arg_names=("x",), **kwargs)
+        got, (expected_x, expected_w) = pair.call(
+            x, mask=mask, return_attention=True, what=what, arg_names=("x",)
+        )
         if isinstance(got, torch.Tensor):
             raise CaseFailed(
                 f"{what} returned a single tensor of shape {fmt_shape(got.shape)}: with "
@@ -655,28 +652,13 @@ def _decoder_attention_case(candidate, init: dict, x, memory, tgt_mask=None, mem
     """``return_attention=True`` returns ``(x, {"self": (B, H, T, T), "cross": (B, H, T, S)})``."""
 
     def run():
-        student, reference = build_pair(candidate, ref.DecoderLayer, kwargs=init)
-        student.eval()
-        reference.eval()
-        expected_x, expected_w = reference(
-            x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask, return_attention=True
-        )
-        kwargs = {}
-        if tgt_mask is not None:
-            kwargs["tgt_mask"] = tgt_mask
-        if memory_mask is not None:
-            kwargs["memory_mask"] = memory_mask
-        what = (
-            "layer(x, memory" + "".join(f", {k}=..." for k in kwargs) + ", return_attention=True)"
-        )
-        got = call_student(
-            student,
-            x,
-            memory,
-            what=what,
-            arg_names=("x", "memory"),
-            return_attention=True,
-            **kwargs,
+        pair = ModulePair(candidate, ref.DecoderLayer, init=init, train=False)
+        reference = pair.reference
+        masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
+        given = "".join(f", {k}=..." for k, v in masks.items() if v is not None)
+        what = f"layer(x, memory{given}, return_attention=True)"
+        got, (expected_x, expected_w) = pair.call(
+            x, memory, what=what, arg_names=("x", "memory"), return_attention=True, **masks
         )
         if isinstance(got, torch.Tensor):
             raise CaseFailed(

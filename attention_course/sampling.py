@@ -179,12 +179,14 @@ def generate(
     model.eval()
     try:
         with torch.inference_mode():
-            return _generate(
+            out = _generate(
                 model, prompt, max_new_tokens, temperature, top_k, top_p, use_cache, generator,
                 max_len if absolute else None,
             )  # fmt: skip
     finally:
         model.train(was_training)
+    # A normal tensor, not an inference tensor: it may be fed to the model with autograd on.
+    return out.clone()
 
 
 def _generate(model, prompt, max_new_tokens, temperature, top_k, top_p, use_cache, gen, window):

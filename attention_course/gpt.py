@@ -181,6 +181,9 @@ class GPT(nn.Module):
       Embedding to Improve Language Models"): ``head.weight`` *is* ``tok_emb.weight``
       (one Parameter, ``V * D`` fewer parameters), as in GPT-2.
     - Embeddings are not multiplied by ``sqrt(d_model)`` (GPT-2 does not).
+    - ``norm="layer"`` uses ``torch.nn.LayerNorm``: the course's
+      :class:`~attention_course.LayerNorm` computes the same (chapter 7's tests), but
+      PyTorch's fused kernel trains faster, which the checkpoint's time budget needs.
     - Initialisation (GPT-2's): every linear and embedding weight ~ N(0, 0.02),
       biases 0, LayerNorms (1, 0); the projections that write into the residual stream
       (``attn.w_o`` and ``ffn.linear2``) ~ N(0, 0.02 / sqrt(2 * num_layers)). The
@@ -369,7 +372,8 @@ def load_gpt_checkpoint(path=None, map_location="cpu") -> GPT:
     constructor's arguments), ``state_dict`` (weights stored in bfloat16, loaded into a
     float32 model), ``vocab`` (the :class:`~attention_course.CharTokenizer`'s
     characters) and ``info`` (training settings and the held-out loss it reached).
-    The returned model has these as attributes ``vocab`` and ``info``.
+    The returned model has these as attributes ``vocab`` and ``info``;
+    ``CharTokenizer(model.vocab)`` rebuilds the tokenizer it was trained with.
     """
     from pathlib import Path
 

@@ -1,7 +1,6 @@
 """Train chapter 13's checkpoint: a character-level GPT on CPython's documentation.
 
-Run from the repository root (seeded and reproducible on one machine; about
-13 minutes on two CPU cores)::
+Run from the repository root (seeded and reproducible on one machine)::
 
     OMP_NUM_THREADS=2 python scripts/train_gpt.py
     python scripts/train_gpt.py --steps 5 --out /tmp/gpt.pt   # a smoke test (seconds)
@@ -13,6 +12,15 @@ non-overlapping windows of the training context), then saves ``config``,
 ``info`` to ``attention_course/assets/gpt13.pt``, which
 :func:`attention_course.load_gpt_checkpoint` reads. The held-out loss printed
 last is that of the saved (bfloat16-rounded) weights, loaded back.
+
+Measured on the course's 2-core machine (torch 2.13.0+cpu): a step takes 0.24 to
+0.30 s on quiet cores, so 3000 steps take 12 to 15 minutes; the committed checkpoint
+took 1445 s (24 minutes) because other jobs shared the cores. It scores 1.356
+nats/char held out (the 4-gram: 1.48). It has memorised much of its training text:
+its loss on the first 46,000 training characters is 0.53, and the held-out loss on
+the first 8192 held-out characters (printed during training) rose from 1.52 at step
+1800 to 1.70 at step 3000, while the whole held-out part ended at 1.356. A shorter
+run or dropout may generalise better; that was not measured.
 """
 
 from __future__ import annotations

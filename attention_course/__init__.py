@@ -50,9 +50,11 @@ from .transformer import (
 
 # isort: split
 # Part V (chapters 13-17): decoder-only language models.
+from .gpt import GPT, CausalSelfAttention, load_gpt_checkpoint
 from .ngram import NGramModel
-from .sampling import filter_logits
+from .sampling import filter_logits, generate
 from .tokenizer import CharTokenizer
+from .train import evaluate_lm, train_language_model
 
 __version__ = "0.1.0"
 
@@ -92,7 +94,13 @@ __all__ = [
     "to_additive_mask",
     "to_torch_mha_mask",
     # Part V
+    "CausalSelfAttention",
     "CharTokenizer",
+    "GPT",
     "NGramModel",
+    "evaluate_lm",
     "filter_logits",
+    "generate",
+    "load_gpt_checkpoint",
+    "train_language_model",
 ]

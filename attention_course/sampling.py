@@ -96,3 +96,113 @@ def filter_logits(
         filtered = filtered.masked_fill(probs < threshold, neg_inf)
     # A new tensor even when nothing was dropped: the caller may change it in place.
     return filtered.clone() if filtered is logits else filtered
+
+
+def _check_generate_arguments(model, prompt, max_new_tokens, temperature, generator) -> None:
+    if not isinstance(prompt, torch.Tensor):
+        raise ValueError(f"prompt: got {type(prompt).__name__}, expected a LongTensor (B, T0)")
+    if prompt.dim() != 2 or prompt.shape[1] < 1:
+        raise ValueError(
+            f"prompt: got shape {tuple(prompt.shape)}, expected (B, T0) with T0 >= 1 tokens"
+        )
+    if (
+        not isinstance(max_new_tokens, Integral)
+        or isinstance(max_new_tokens, bool)
+        or max_new_tokens < 0
+    ):
+        raise ValueError(f"max_new_tokens: got {max_new_tokens!r}, expected an int >= 0")
+    if not isinstance(temperature, Real) or isinstance(temperature, bool) or temperature < 0:
+        raise ValueError(f"temperature: got {temperature!r}, expected a number >= 0")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(
+            f"generator: got {type(generator).__name__}, expected None or a torch.Generator"
+        )
+
+
+def generate(
+    model: torch.nn.Module,
+    prompt: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Continue ``prompt`` by ``max_new_tokens`` tokens sampled one at a time.
+
+    At each step the last position's logits are divided by ``temperature``,
+    filtered by :func:`filter_logits` (``top_k``, ``top_p``), turned into
+    probabilities and sampled with ``torch.multinomial(..., generator=generator)``;
+    ``temperature=0`` is greedy decoding (the argmax; ``top_k``/``top_p`` change
+    nothing then). A seeded ``generator`` makes samples reproducible.
+
+    ``model`` is a :class:`~attention_course.GPT` (anything with its
+    ``forward(ids, cache=...)``, ``new_cache()``, ``pos`` and ``max_len``). With
+    ``use_cache`` (the default) the prompt is read once and every later step feeds
+    only the newest token, whose keys and values join chapter 12's KV cache;
+    without it, every step re-reads the whole sequence. Both give the same tokens for
+    the same generator state (up to floating-point ties between two logits).
+
+    Context length, for absolute (learned or sinusoidal) positions: without the cache,
+    the model reads only the last ``max_len`` tokens at each step (a sliding window);
+    with the cache the positions cannot go past ``max_len``, so
+    ``T0 + max_new_tokens - 1 > max_len`` raises ``ValueError`` (use
+    ``use_cache=False`` for longer continuations). Positions "none" have no limit.
+
+    The model runs in evaluation mode under ``torch.inference_mode``; its training
+    flag is restored afterwards. Hugging Face counterpart: ``model.generate(input_ids,
+    do_sample=True, temperature=..., top_k=..., top_p=..., use_cache=...)``.
+
+    Shapes:
+        prompt: ``(B, T0)`` token ids; returns ``(B, T0 + max_new_tokens)`` (the prompt first).
+
+    Raises:
+        ValueError: ``temperature < 0``, bad ``top_k``/``top_p``, ``max_new_tokens < 0``,
+            a prompt that is not ``(B, T0)`` ids in the vocabulary, or (with the cache)
+            a continuation past ``max_len`` for absolute positions.
+    """
+    _check_generate_arguments(model, prompt, max_new_tokens, temperature, generator)
+    if top_k is not None or top_p is not None:  # validate even when greedy
+        _check_arguments(torch.zeros(1), top_k, top_p)
+    absolute = getattr(model, "pos", None) in ("learned", "sinusoidal")
+    max_len = getattr(model, "max_len", None)
+    T0 = prompt.shape[1]
+    if use_cache and absolute and max_new_tokens > 0 and T0 + max_new_tokens - 1 > max_len:
+        raise ValueError(
+            f"max_new_tokens: got {max_new_tokens} after a prompt of {T0} tokens; with "
+            f"use_cache=True and {model.pos} positions the model reads at most "
+            f"max_len={max_len} positions, so T0 + max_new_tokens - 1 must be <= {max_len} "
+            "(or pass use_cache=False, which slides a window of max_len tokens)"
+        )
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            out = _generate(
+                model, prompt, max_new_tokens, temperature, top_k, top_p, use_cache, generator,
+                max_len if absolute else None,
+            )  # fmt: skip
+    finally:
+        model.train(was_training)
+    # A normal tensor, not an inference tensor: it may be fed to the model with autograd on.
+    return out.clone()
+
+
+def _generate(model, prompt, max_new_tokens, temperature, top_k, top_p, use_cache, gen, window):
+    out = prompt
+    cache = model.new_cache() if use_cache else None
+    step_input = prompt
+    for _ in range(max_new_tokens):
+        if not use_cache and window is not None:
+            step_input = out[:, -window:]  # crop to the positions the model has
+        logits = model(step_input, cache=cache)[:, -1, :]  # (B, T, V) -> (B, V)
+        if temperature == 0:
+            nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+        else:
+            logits = filter_logits(logits.float() / temperature, top_k, top_p)
+            probs = logits.softmax(dim=-1)  # (B, V)
+            nxt = torch.multinomial(probs, 1, generator=gen)  # (B, 1)
+        out = torch.cat([out, nxt], dim=1)
+        step_input = nxt if use_cache else out
+    return out

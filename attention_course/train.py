@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 
@@ -211,3 +212,186 @@ def exact_match(
 
 def _until_eos(tokens: list[int], eos_id: int) -> list[int]:
     return tokens[: tokens.index(eos_id) + 1] if eos_id in tokens else tokens
+
+
+def lm_batch(
+    ids: torch.Tensor, batch_size: int, context: int, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random batch of windows of a 1-D token sequence and their next-token targets.
+
+    Window ``b`` starts at a random offset ``i`` (drawn with ``generator``): inputs
+    ``ids[i : i + context]``, targets ``ids[i + 1 : i + context + 1]`` (the inputs shifted
+    by one: position t predicts token t + 1).
+
+    Shapes: ids ``(N,)``; returns two ``(batch_size, context)`` LongTensors on ids' device.
+    """
+    starts = torch.randint(0, ids.numel() - context, (batch_size,), generator=generator)
+    index = starts[:, None] + torch.arange(context + 1)  # (B, context + 1)
+    window = ids[index.to(ids.device)]
+    return window[:, :-1], window[:, 1:]
+
+
+def _check_lm_ids(name: str, ids: object, context: int) -> torch.Tensor:
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.is_floating_point():
+        got = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"{name}: got {got}, expected a 1-D tensor of token ids")
+    if ids.numel() < context + 1:
+        raise ValueError(
+            f"{name}: got {ids.numel()} tokens, expected at least context + 1 = {context + 1}"
+        )
+    return ids.long()
+
+
+def _cosine_factor(i: int, warmup: int, total: int, floor: float) -> float:
+    """Linear warm-up to 1 over ``warmup`` steps, then a cosine decay to ``floor`` at ``total``."""
+    if i < warmup:
+        return (i + 1) / warmup
+    progress = min(1.0, (i - warmup) / max(1, total - warmup))
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def train_language_model(
+    model: nn.Module,
+    train_ids: torch.Tensor,
+    val_ids: torch.Tensor | None = None,
+    *,
+    steps: int,
+    batch_size: int = 32,
+    context: int = 64,
+    lr: float = 3e-3,
+    weight_decay: float = 0.1,
+    warmup: int | None = None,
+    min_lr_ratio: float = 0.1,
+    clip_norm: float | None = 1.0,
+    eval_every: int | None = None,
+    eval_tokens: int | None = 32768,
+    seed: int = 0,
+    progress: bool = True,
+    time_limit: float | None = None,
+) -> dict:
+    """Train a next-token model ``model(ids (B, T)) -> logits (B, T, V)`` on one long text.
+
+    Each step draws ``batch_size`` random windows of ``context`` tokens from ``train_ids``
+    (:func:`lm_batch`, with a ``torch.Generator`` seeded by ``seed``: the same batches on
+    every run), computes the cross-entropy of the shifted targets, and takes an AdamW step
+    (betas 0.9, 0.95; ``weight_decay`` on matrices and embeddings only, not on biases and
+    norm gains, as GPT-2 / nanoGPT) after clipping the gradient norm to ``clip_norm``. The
+    learning rate warms up linearly over ``warmup`` steps (default: 5 % of ``steps``), then
+    decays along a cosine to ``min_lr_ratio * lr``. A tqdm bar shows the loss
+    (``progress=False`` hides it).
+
+    Every ``eval_every`` steps (default: 10 evaluations in all) and at the end, the
+    held-out loss :func:`evaluate_lm` on the first ``eval_tokens`` tokens of ``val_ids``
+    (None: all of them) is recorded. ``time_limit`` (seconds) stops early, after the step
+    that crosses it (for a live demonstration; a time limit makes the run depend on the
+    machine's speed). The model is left in evaluation mode.
+
+    Returns:
+        a dict: ``"train_loss"`` (one float per step, nats/token), ``"val_step"`` and
+        ``"val_loss"`` (the steps evaluated and their held-out losses), ``"steps"``
+        (steps taken), ``"seconds"`` (wall time), ``"tokens"`` (tokens trained on).
+    """
+    import time
+
+    check_positive = (("steps", steps), ("batch_size", batch_size), ("context", context))
+    for name, value in check_positive:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name}: got {value!r}, expected a positive int")
+    train_ids = _check_lm_ids("train_ids", train_ids, context)
+    if val_ids is not None:
+        val_ids = _check_lm_ids("val_ids", val_ids, context)
+        if eval_tokens is not None:
+            val_ids = val_ids[: max(eval_tokens, context + 1)]
+    device = next(model.parameters()).device
+    train_ids = train_ids.to(device)
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0}],
+        lr=lr,
+        betas=(0.9, 0.95),
+    )
+    warmup = max(1, steps // 20) if warmup is None else max(1, warmup)
+    factor = partial(_cosine_factor, warmup=warmup, total=steps, floor=min_lr_ratio)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    eval_every = max(1, steps // 10) if eval_every is None else eval_every
+    gen = torch.Generator().manual_seed(seed)
+    history = {"train_loss": [], "val_step": [], "val_loss": [], "steps": 0, "tokens": 0}
+
+    def evaluate(step: int) -> None:
+        if val_ids is not None:
+            history["val_step"].append(step)
+            history["val_loss"].append(evaluate_lm(model, val_ids, context, batch_size=64))
+
+    start = time.perf_counter()
+    bar = tqdm(range(steps), desc="training", disable=not progress, leave=False)
+    for i in bar:
+        model.train()
+        x, y = lm_batch(train_ids, batch_size, context, gen)
+        logits = model(x)  # (B, T, V)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        value = optimization_step(model, loss, optimizer, scheduler, clip_norm)
+        history["train_loss"].append(value)
+        history["steps"] = i + 1
+        history["tokens"] += batch_size * context
+        if i % 10 == 0:
+            bar.set_postfix(loss=f"{value:.3f}")
+        out_of_time = time_limit is not None and time.perf_counter() - start > time_limit
+        if (i + 1) % eval_every == 0 and i + 1 < steps and not out_of_time:
+            evaluate(i + 1)
+        if out_of_time:
+            break
+    bar.close()
+    evaluate(history["steps"])
+    model.eval()
+    history["seconds"] = time.perf_counter() - start
+    return history
+
+
+@torch.no_grad()
+def evaluate_lm(
+    model: nn.Module, ids: torch.Tensor, context: int = 64, batch_size: int = 64
+) -> float:
+    """Mean cross-entropy in nats per token of ``model`` on ``ids``, deterministic.
+
+    The text is cut into **non-overlapping** windows of ``context`` tokens; window ``w``
+    reads ``ids[w * context : (w + 1) * context]`` and predicts the next token at every
+    position, so every token after the first is predicted exactly once, the one at
+    window offset ``j`` from ``j`` tokens of context (0 to ``context - 1``; on average
+    about ``context / 2``: a model scores a little better with a sliding window, which
+    costs ``context`` times more). The last, shorter window is included. Runs in
+    evaluation mode (restored afterwards). Divide by ``ln 2`` for bits per token.
+
+    Shapes: ids ``(N,)`` with ``N >= 2``; returns a float.
+    """
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.numel() < 2:
+        got = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"ids: got {got}, expected a 1-D tensor of at least 2 token ids")
+    if not isinstance(context, int) or isinstance(context, bool) or context < 1:
+        raise ValueError(f"context: got {context!r}, expected a positive int")
+    device = next(model.parameters()).device
+    ids = ids.long().to(device)
+    n_full = (ids.numel() - 1) // context  # windows with all their targets inside ids
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    try:
+        if n_full:
+            x = ids[: n_full * context].view(n_full, context)
+            y = ids[1 : n_full * context + 1].view(n_full, context)
+            for i in range(0, n_full, batch_size):
+                logits = model(x[i : i + batch_size])  # (b, context, V)
+                loss = F.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]).double(),
+                    y[i : i + batch_size].reshape(-1),
+                    reduction="sum",
+                )
+                total, count = total + float(loss), count + y[i : i + batch_size].numel()
+        rest = ids[n_full * context :]
+        if rest.numel() >= 2:
+            logits = model(rest[None, :-1])  # (1, r, V)
+            loss = F.cross_entropy(logits[0].double(), rest[1:], reduction="sum")
+            total, count = total + float(loss), count + rest.numel() - 1
+    finally:
+        model.train(was_training)
+    return total / count

@@ -31,9 +31,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention_course import (
+    GPT,
     MultiHeadAttention,
     Transformer,
     copy_weights_from_torch,
+    generate,
     greedy_decode,
     scaled_dot_product_attention,
     tiled_attention,
@@ -45,13 +47,20 @@ SIZES = {
         "mha": {"B": 8, "T": 1024, "D": 512, "H": 8, "repeats": 7},
         "tiled": {"B": 8, "H": 8, "T": 4096, "Dh": 64, "block_size": 128, "repeats": 3},
         "kv": {"B": 8, "new_tokens": 256, "S": 32, "vocab": 32, "repeats": 5},
+        "gpt": {"B": 32, "T": 128, "repeats": 15},
+        "generate": {"B": 8, "new_tokens": 512, "repeats": 3},
     },
     "quick": {
         "mha": {"B": 2, "T": 256, "D": 256, "H": 4, "repeats": 5},
         "tiled": {"B": 2, "H": 4, "T": 1024, "Dh": 64, "block_size": 128, "repeats": 3},
         "kv": {"B": 4, "new_tokens": 48, "S": 16, "vocab": 32, "repeats": 3},
+        "gpt": {"B": 8, "T": 64, "repeats": 5},
+        "generate": {"B": 2, "new_tokens": 64, "repeats": 3},
     },
 }
+# Chapter 13's GPT: the checkpoint's configuration (scripts/train_gpt.py), vocabulary of
+# python_docs() (103 characters on Python 3.11).
+GPT_MODEL = {"vocab_size": 103, "d_model": 128, "num_heads": 4, "num_layers": 4}
 # The models of the KV-cache comparison. The target applies to chapter 10's model
 # (d_model=64, 4 heads, 2 + 2 layers, d_ff=128); a model twice as wide is measured too,
 # to show how the speedup grows with the width.
@@ -331,6 +340,99 @@ def bench_kv(cfg: dict, device: torch.device) -> tuple[list[Row], list[str]]:
     return rows, notes
 
 
+class _TorchGPT(nn.Module):
+    """Chapter 13's GPT from PyTorch's modules: embeddings, nn.TransformerEncoderLayer
+    (norm_first=True, GELU, causal mask), a final LayerNorm and a tied head."""
+
+    def __init__(self, vocab_size, d_model, num_heads, num_layers, max_len):
+        super().__init__()
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.pos_emb = nn.Embedding(max_len, d_model)
+        self.layers = nn.ModuleList(
+            nn.TransformerEncoderLayer(d_model, num_heads, 4 * d_model, dropout=0.0,
+                                       activation="gelu", batch_first=True, norm_first=True)
+            for _ in range(num_layers)
+        )  # fmt: skip
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.head.weight = self.tok_emb.weight
+
+    def forward(self, ids):
+        T = ids.shape[1]
+        x = self.tok_emb(ids) + self.pos_emb(torch.arange(T, device=ids.device))
+        mask = nn.Transformer.generate_square_subsequent_mask(T, device=ids.device)
+        for layer in self.layers:
+            x = layer(x, src_mask=mask, is_causal=True)
+        return self.head(self.norm(x))
+
+
+def bench_gpt(cfg: dict, device: torch.device) -> tuple[list[Row], list[str]]:
+    """GPT training throughput (forward + backward + AdamW) vs the same model from
+    nn.TransformerEncoderLayer; tokens per second, higher is better."""
+    B, T = cfg["B"], cfg["T"]
+    torch.manual_seed(0)
+    ours = GPT(**GPT_MODEL, max_len=T).to(device).train()
+    theirs = _TorchGPT(**GPT_MODEL, max_len=T).to(device).train()
+    ids = torch.randint(0, GPT_MODEL["vocab_size"], (B, T + 1), device=device)
+    x, y = ids[:, :-1], ids[:, 1:]
+    opts = {
+        "ours": torch.optim.AdamW(ours.parameters(), lr=1e-4),
+        "theirs": torch.optim.AdamW(theirs.parameters(), lr=1e-4),
+    }
+
+    def step(model, opt):
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    fns = {
+        "ours": lambda: step(ours, opts["ours"]),
+        "theirs": lambda: step(theirs, opts["theirs"]),
+    }
+    t = time_interleaved(fns, device, cfg["repeats"], warmup=2)
+    tok = {name: B * T / seconds for name, seconds in t.items()}
+    n_ours = sum(p.numel() for p in ours.parameters())
+    n_theirs = sum(p.numel() for p in theirs.parameters())
+    described = ", ".join(f"{k}={v}" for k, v in GPT_MODEL.items())
+    row = Row(
+        "GPT train tokens/s, ours / nn.TransformerEncoderLayer stack",
+        f"B={B} T={T}; {described}, fwd + bwd + AdamW",
+        tok["ours"], tok["theirs"], "tok/s", tok["ours"] / tok["theirs"], 0.9, ">=",
+    )  # fmt: skip
+    note = (
+        f"GPT: {n_ours} parameters (ours, no attention biases) vs {n_theirs} (PyTorch layers "
+        f"with their attention biases); median step {t['ours'] * 1e3:.0f} vs "
+        f"{t['theirs'] * 1e3:.0f} ms"
+    )
+    return [row], [note]
+
+
+def bench_generate(cfg: dict, device: torch.device) -> tuple[list[Row], list[str]]:
+    """generate with the KV cache vs re-reading the whole sequence at every step."""
+    B, new = cfg["B"], cfg["new_tokens"]
+    torch.manual_seed(0)
+    model = GPT(**GPT_MODEL, max_len=new + 1).to(device).eval()
+    prompt = torch.randint(0, GPT_MODEL["vocab_size"], (B, 1), device=device)
+
+    def run(use_cache):
+        gen = torch.Generator(device=device).manual_seed(0)
+        return generate(model, prompt, new, top_k=20, use_cache=use_cache, generator=gen)
+
+    same = torch.equal(run(True), run(False))
+    fns = {"cached": lambda: run(True), "recompute": lambda: run(False)}
+    t = time_interleaved(fns, device, cfg["repeats"])
+    described = ", ".join(f"{k}={v}" for k, v in GPT_MODEL.items())
+    row = Row(
+        "generate speedup: recompute / KV cache",
+        f"B={B}, prompt 1 token, {new} new tokens, top_k=20; {described}, max_len={new + 1}",
+        t["cached"], t["recompute"], "s", t["recompute"] / t["cached"], 5.0, ">=",
+    )  # fmt: skip
+    return [row], [f"generate: tokens identical with and without the cache: {same}"]
+
+
 def _sequence_0_emits_eos(module, args, logits):
     """Forward hook on the output layer: make EOS the most likely token for sequence 0."""
     logits = logits.clone()
@@ -396,7 +498,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m benchmarks", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--quick", action="store_true", help="small sizes; targets not checked")
-    parser.add_argument("--only", default="mha,tiled,kv", help="comma-separated: mha,tiled,kv")
+    parser.add_argument(
+        "--only",
+        default="mha,tiled,kv,gpt,generate",
+        help="comma-separated: mha,tiled,kv,gpt,generate",
+    )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per function")
@@ -419,7 +525,9 @@ def main(argv: list[str] | None = None) -> int:
     wanted = [w.strip() for w in args.only.split(",") if w.strip()]
     unknown = set(wanted) - set(sizes)
     if unknown:
-        parser.error(f"--only: unknown benchmark(s) {sorted(unknown)}; choose from mha,tiled,kv")
+        parser.error(
+            f"--only: unknown benchmark(s) {sorted(unknown)}; choose from {','.join(sizes)}"
+        )
 
     print(f"attention_course benchmarks ({mode} sizes)")
     print("\n".join(machine_lines(device)))
@@ -432,8 +540,12 @@ def main(argv: list[str] | None = None) -> int:
             r, n = bench_mha(sizes["mha"], device)
         elif what == "tiled":
             r, n = bench_tiled(sizes["tiled"], device, torch.get_num_threads(), not args.no_memory)
-        else:
+        elif what == "kv":
             r, n = bench_kv(sizes["kv"], device)
+        elif what == "gpt":
+            r, n = bench_gpt(sizes["gpt"], device)
+        else:
+            r, n = bench_generate(sizes["generate"], device)
         rows += r
         notes += n
         print(f"... {what} done ({time.perf_counter() - start:.0f} s)", flush=True)

@@ -1,0 +1,388 @@
+"""A decoder-only language model (chapter 13): causal self-attention and the GPT stack.
+
+A decoder-only model keeps only the Transformer's decoder, without the cross-attention:
+a stack of causal self-attention blocks that reads tokens ``0 .. t`` and predicts token
+``t + 1`` (Radford et al., 2018, "Improving Language Understanding by Generative
+Pre-Training"; Radford et al., 2019, "Language Models are Unsupervised Multitask
+Learners", GPT-2). :class:`GPT` is a switchboard: its constructor takes every option the
+later chapters of Part V measure (positions, norms, feed-forward networks, key/value
+layouts); options a later chapter adds raise ``NotImplementedError`` naming that chapter.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ._validate import check_positive_int, check_probability, require_float, require_ndim
+from .efficient import AttentionCache, FusedMask, KVCache, prepare_fused_mask
+from .embedding import check_token_ids
+from .ffn import PositionwiseFeedForward
+from .masking import causal_mask
+from .multihead import MultiHeadAttention, split_heads
+from .positional import sinusoidal_positional_encoding
+
+POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
+NORMS = ("layer", "rms")
+FFNS = ("relu", "gelu", "swiglu")
+# Absolute positions are added to the embeddings: the model cannot go beyond max_len.
+ABSOLUTE_POSITIONS = ("learned", "sinusoidal")
+
+
+def _check_choice(name: str, value: object, choices: tuple) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}: got {value!r}, expected one of {choices}")
+
+
+def _not_yet(what: str, chapter: int) -> NotImplementedError:
+    return NotImplementedError(f"{what} is added in chapter {chapter}; not implemented yet")
+
+
+class CausalSelfAttention(MultiHeadAttention):
+    """Masked (causal) multi-head self-attention (因果自注意力) of a decoder-only model.
+
+    Token ``t`` attends to tokens ``0 .. t`` only. It *is* a
+    :class:`~attention_course.MultiHeadAttention` (same ``w_q, w_k, w_v, w_o``,
+    same :meth:`~attention_course.MultiHeadAttention.attend`: one implementation of the
+    attention maths in the package) whose queries, keys and values all come from ``x``
+    and whose mask is causal. With ``cache`` (an
+    :class:`~attention_course.efficient.AttentionCache`, chapter 12's KV cache) ``x``
+    holds only the new positions; they attend to every cached one and to themselves
+    causally.
+
+    PyTorch counterpart: ``nn.MultiheadAttention(d_model, num_heads, bias=bias,
+    batch_first=True)`` called as ``mha(x, x, x, attn_mask=causal, is_causal=True)``
+    with copied weights (its ``in_proj_weight`` stacks ``w_q, w_k, w_v``). Hugging Face:
+    the attention module of ``GPT2Model`` (``GPT2Attention``), which has biases.
+
+    Arguments for later chapters: ``pos`` ("rope", "alibi": chapter 14),
+    ``num_kv_heads != num_heads`` (grouped keys and values) and ``window``
+    (sliding-window attention) (chapter 15) raise ``NotImplementedError`` here; an
+    invalid value raises ``ValueError`` already (``num_heads % num_kv_heads != 0`` too).
+
+    Attention weights: ``forward(x, need_weights=True)`` returns ``(out, weights)`` with
+    ``weights (B, H, T, S)`` per head (the softmax, after the mask: each row sums to 1,
+    zero above the diagonal), for heatmaps (chapters 13, 17). The default returns
+    ``out`` alone, computed by PyTorch's fused kernel.
+
+    Shapes:
+        x: ``(B, T, D)``; returns ``(B, T, D)``, or ``((B, T, D), (B, H, T, S))`` with
+        ``need_weights=True``; ``S = T`` plus the cached positions.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        num_kv_heads: int | None = None,
+        bias: bool = False,
+        dropout: float = 0.0,
+        pos: str | None = None,
+        window: int | None = None,
+        max_len: int = 4096,
+    ) -> None:
+        super().__init__(d_model, num_heads, dropout=dropout, bias=bias)
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        check_positive_int("num_kv_heads", num_kv_heads)
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"num_kv_heads: got {num_kv_heads}, expected a divisor of num_heads={num_heads} "
+                "(each key/value head serves num_heads / num_kv_heads query heads)"
+            )
+        if pos is not None:
+            _check_choice("pos", pos, ("rope", "alibi"))
+        if window is not None:
+            check_positive_int("window", window)
+        check_positive_int("max_len", max_len)
+        if pos is not None:
+            raise _not_yet(f"pos={pos!r} (rotary / ALiBi positions)", 14)
+        if num_kv_heads != num_heads:
+            raise _not_yet("num_kv_heads != num_heads (grouped keys and values)", 15)
+        if window is not None:
+            raise _not_yet("window (sliding-window attention)", 15)
+        self.num_kv_heads = num_kv_heads
+        self.pos = pos
+        self.window = window
+        self.max_len = max_len
+
+    def causal_mask_for(self, T: int, S: int, device, dtype, need_weights: bool):
+        """The mask of ``T`` new queries that are the last of ``S`` positions: None when a
+        single query may see every key; a bool mask for the weights path; a
+        :class:`~attention_course.efficient.FusedMask` for the fused kernel."""
+        if T == 1:
+            return None
+        mask = causal_mask(T, device, S=S)  # (T, S) bool
+        return mask if need_weights else prepare_fused_mask(mask, dtype)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        need_weights: bool = False,
+        cache: AttentionCache | None = None,
+        mask: torch.Tensor | FusedMask | None = None,
+    ):
+        """``mask``: an already built causal mask (a model passes the same one to every
+        layer); None builds it here."""
+        require_float("x", x)
+        require_ndim("x", x, (3,), f"(B, T, {self.d_model})")
+        if x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x: got shape {tuple(x.shape)}, expected (B, T, d_model={self.d_model})"
+            )
+        T = x.shape[1]
+        if mask is None:
+            S = T + (cache.length if cache is not None else 0)
+            mask = self.causal_mask_for(T, S, x.device, x.dtype, need_weights)
+        q = split_heads(self.w_q(x), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
+        k = split_heads(self.w_k(x), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
+        v = split_heads(self.w_v(x), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
+        out, weights = self.attend(q, k, v, mask, need_weights, cache)
+        return (out, weights) if need_weights else out
+
+
+class GPTBlock(nn.Module):
+    """One pre-norm block: ``x + attn(norm1(x))``, then ``x + ffn(norm2(x))``.
+
+    As ``nn.TransformerEncoderLayer(norm_first=True, batch_first=True)`` with a causal
+    mask (and GPT-2's block), without that layer's attention biases.
+
+    Shapes: x ``(B, T, D)``; returns ``(B, T, D)`` (and ``(B, H, T, S)`` weights if asked).
+    """
+
+    def __init__(
+        self, d_model: int, num_heads: int, d_ff: int, dropout: float, ffn: str, max_len: int
+    ) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, num_heads, dropout=dropout, max_len=max_len)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation=ffn)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None, need_weights: bool = False, cache=None):
+        a = self.attn(self.norm1(x), need_weights=need_weights, cache=cache, mask=mask)
+        a, weights = a if need_weights else (a, None)
+        x = x + self.dropout(a)
+        x = x + self.dropout(self.ffn(self.norm2(x)))
+        return (x, weights) if need_weights else x
+
+
+class GPT(nn.Module):
+    """A decoder-only Transformer language model: ``ids (B, T) -> logits (B, T, V)``.
+
+    Token embedding (plus learned or sinusoidal positions), ``num_layers`` pre-norm
+    blocks (:class:`GPTBlock`: ``norm1``, ``attn`` (a :class:`CausalSelfAttention`),
+    ``norm2``, ``ffn``), a final ``norm`` and a bias-free linear ``head``. Logit ``t``
+    is the model's prediction of token ``t + 1`` from tokens ``0 .. t``.
+
+    - ``tie_weights`` (weight tying, 权重共享; Press & Wolf, 2017, "Using the Output
+      Embedding to Improve Language Models"): ``head.weight`` *is* ``tok_emb.weight``
+      (one Parameter, ``V * D`` fewer parameters), as in GPT-2.
+    - Embeddings are not multiplied by ``sqrt(d_model)`` (GPT-2 does not).
+    - ``norm="layer"`` uses ``torch.nn.LayerNorm``: the course's
+      :class:`~attention_course.LayerNorm` computes the same (chapter 7's tests), but
+      PyTorch's fused kernel trains faster, which the checkpoint's time budget needs.
+    - Initialisation (GPT-2's): every linear and embedding weight ~ N(0, 0.02),
+      biases 0, LayerNorms (1, 0); the projections that write into the residual stream
+      (``attn.w_o`` and ``ffn.linear2``) ~ N(0, 0.02 / sqrt(2 * num_layers)). The
+      untrained model's loss is then close to ``log V``.
+    - The feed-forward ``"gelu"`` is the exact (erf) GELU, as ``F.gelu`` and
+      ``nn.TransformerEncoderLayer(activation="gelu")``; GPT-2 uses the tanh
+      approximation.
+
+    This chapter implements ``pos`` "learned", "sinusoidal" and "none", ``norm="layer"``,
+    ``ffn`` "relu" and "gelu", ``num_kv_heads=None`` and ``window=None``; the other
+    values raise ``NotImplementedError`` naming the chapter that adds them
+    ("rope", "alibi": 14; ``num_kv_heads``, ``window``: 15; "rms", "swiglu": 16).
+
+    ``forward(ids, return_attention=True)`` also returns a list with each layer's
+    attention weights ``(B, H, T, S)``. With ``cache`` (from :meth:`new_cache`) ``ids``
+    holds only the new tokens; their positions continue after the cached ones (see
+    :func:`~attention_course.generate`).
+
+    PyTorch counterpart: ``nn.TransformerEncoder`` of ``nn.TransformerEncoderLayer(
+    norm_first=True, activation="gelu", batch_first=True)`` with a causal mask, between
+    an ``nn.Embedding`` and a final ``nn.LayerNorm`` + ``nn.Linear`` (the tests build it
+    and compare). Hugging Face: ``GPT2LMHeadModel``.
+
+    Shapes:
+        ids: ``(B, T)`` integer token ids, ``T <= max_len`` for absolute positions;
+        returns ``(B, T, V)`` logits (and ``num_layers`` tensors ``(B, H, T, S)``).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 128,
+        num_heads: int = 4,
+        num_layers: int = 4,
+        d_ff: int | None = None,
+        max_len: int = 256,
+        dropout: float = 0.0,
+        pos: str = "learned",
+        norm: str = "layer",
+        ffn: str = "gelu",
+        num_kv_heads: int | None = None,
+        window: int | None = None,
+        tie_weights: bool = True,
+    ) -> None:
+        super().__init__()
+        for name, value in (
+            ("vocab_size", vocab_size),
+            ("d_model", d_model),
+            ("num_heads", num_heads),
+            ("num_layers", num_layers),
+            ("max_len", max_len),
+        ):
+            check_positive_int(name, value)
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        check_positive_int("d_ff", d_ff)
+        check_probability("dropout", dropout)
+        _check_choice("pos", pos, POSITIONS)
+        _check_choice("norm", norm, NORMS)
+        _check_choice("ffn", ffn, FFNS)
+        if not isinstance(tie_weights, bool):
+            raise ValueError(f"tie_weights: got {tie_weights!r}, expected True or False")
+        if d_model % num_heads != 0:
+            raise ValueError(f"num_heads: got {num_heads}, expected a divisor of d_model={d_model}")
+        if num_kv_heads is not None:
+            check_positive_int("num_kv_heads", num_kv_heads)
+            if num_heads % num_kv_heads != 0:
+                raise ValueError(
+                    f"num_kv_heads: got {num_kv_heads}, expected a divisor of num_heads={num_heads}"
+                )
+        if window is not None:
+            check_positive_int("window", window)
+        if pos in ("rope", "alibi"):
+            raise _not_yet(f"pos={pos!r}", 14)
+        if num_kv_heads is not None and num_kv_heads != num_heads:
+            raise _not_yet("num_kv_heads != num_heads (grouped keys and values)", 15)
+        if window is not None:
+            raise _not_yet("window (sliding-window attention)", 15)
+        if norm == "rms":
+            raise _not_yet("norm='rms' (RMSNorm)", 16)
+        if ffn == "swiglu":
+            raise _not_yet("ffn='swiglu' (SwiGLU)", 16)
+
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.num_layers = num_layers
+        self.d_ff = d_ff
+        self.max_len = max_len
+        self.pos = pos
+        self.norm_type = norm
+        self.ffn_type = ffn
+        self.tie_weights = tie_weights
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        if pos == "learned":
+            self.pos_emb = nn.Embedding(max_len, d_model)
+        elif pos == "sinusoidal":
+            table = sinusoidal_positional_encoding(max_len, d_model)
+            self.register_buffer("pos_table", table, persistent=False)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            GPTBlock(d_model, num_heads, d_ff, dropout, ffn, max_len) for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.reset_parameters()
+        if tie_weights:
+            self.head.weight = self.tok_emb.weight  # one Parameter, two uses
+
+    def config(self) -> dict:
+        """The constructor's arguments: ``GPT(**model.config())`` builds the same model."""
+        return {
+            "vocab_size": self.vocab_size,
+            "d_model": self.d_model,
+            "num_heads": self.num_heads,
+            "num_layers": self.num_layers,
+            "d_ff": self.d_ff,
+            "max_len": self.max_len,
+            "dropout": self.drop.p,
+            "pos": self.pos,
+            "norm": self.norm_type,
+            "ffn": self.ffn_type,
+            "tie_weights": self.tie_weights,
+        }
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """GPT-2's initialisation (see the class docstring)."""
+        residual_std = 0.02 / math.sqrt(2 * self.num_layers)
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, 0.0, 0.02)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+        for block in self.blocks:
+            nn.init.normal_(block.attn.w_o.weight, 0.0, residual_std)
+            nn.init.normal_(block.ffn.linear2.weight, 0.0, residual_std)
+
+    def new_cache(self) -> KVCache:
+        """An empty KV cache (chapter 12's :class:`~attention_course.KVCache`) for this model."""
+        cache = KVCache()
+        cache.start(self.num_layers, None, self.tok_emb.weight.dtype)
+        return cache
+
+    def forward(
+        self, ids: torch.Tensor, return_attention: bool = False, cache: KVCache | None = None
+    ):
+        start = cache.length if cache is not None else 0
+        limit = self.max_len - start if self.pos in ABSOLUTE_POSITIONS else 2**62
+        if limit < 1:
+            raise ValueError(
+                f"cache: holds {start} positions, expected fewer than max_len={self.max_len} "
+                "(absolute positions end there)"
+            )
+        check_token_ids("ids", ids, self.vocab_size, limit)
+        T = ids.shape[1]
+        x = self.tok_emb(ids)  # (B, T) -> (B, T, D)
+        if self.pos == "learned":
+            positions = torch.arange(start, start + T, device=ids.device)  # (T,)
+            x = x + self.pos_emb(positions)  # (B, T, D) + (T, D)
+        elif self.pos == "sinusoidal":
+            x = x + self.pos_table[start : start + T].to(x.dtype)
+        x = self.drop(x)
+        attn0 = self.blocks[0].attn
+        # One causal mask for every layer, built once.
+        mask = attn0.causal_mask_for(T, start + T, x.device, x.dtype, return_attention)
+        weights = []
+        for i, block in enumerate(self.blocks):
+            layer_cache = cache.layers[i].self_attn if cache is not None else None
+            x = block(x, mask, need_weights=return_attention, cache=layer_cache)
+            if return_attention:
+                x, w = x
+                weights.append(w)
+        logits = self.head(self.norm(x))  # (B, T, D) -> (B, T, V)
+        return (logits, weights) if return_attention else logits
+
+
+def load_gpt_checkpoint(path=None, map_location="cpu") -> GPT:
+    """Load a :class:`GPT` saved by ``scripts/train_gpt.py`` (in evaluation mode).
+
+    ``path=None`` loads the checkpoint that ships with the package,
+    ``attention_course/assets/gpt13.pt`` (chapter 13's model, trained on
+    :func:`~attention_course.data.python_docs`). The file holds ``config`` (the
+    constructor's arguments), ``state_dict`` (weights stored in bfloat16, loaded into a
+    float32 model), ``vocab`` (the :class:`~attention_course.CharTokenizer`'s
+    characters) and ``info`` (training settings and the held-out loss it reached).
+    The returned model has these as attributes ``vocab`` and ``info``;
+    ``CharTokenizer(model.vocab)`` rebuilds the tokenizer it was trained with.
+    """
+    from pathlib import Path
+
+    if path is None:
+        path = Path(__file__).parent / "assets" / "gpt13.pt"
+    data = torch.load(path, map_location=map_location, weights_only=True)
+    model = GPT(**data["config"])
+    state = {k: v.float() for k, v in data["state_dict"].items()}
+    model.load_state_dict(state)
+    model.vocab = data.get("vocab")
+    model.info = data.get("info", {})
+    return model.eval()

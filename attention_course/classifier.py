@@ -159,13 +159,3 @@ class TransformerClassifier(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         hidden, keep = self.encode(tokens)
         return self.output_layer(self.pool(hidden, keep))  # (B, D) -> (B, num_classes)
-
-
-def __getattr__(name: str):
-    # The training helpers live in train.py (models import no training code); chapter 11
-    # imports them from here, so this module hands them out on first use.
-    if name in ("train_classifier", "accuracy"):
-        from . import train
-
-        return getattr(train, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

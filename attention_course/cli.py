@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .notebooks import toc_files
+
 
 def _version(dist: str) -> str:
     try:
@@ -31,16 +33,6 @@ def _find_root() -> Path | None:
         if (folder / "_config.yml").is_file() and (folder / "_toc.yml").is_file():
             return folder
     return None
-
-
-def _toc_files(root: Path) -> list[str]:
-    files = []
-    for line in (root / "_toc.yml").read_text(encoding="utf-8").splitlines():
-        line = line.strip().lstrip("- ").strip()
-        for key in ("root:", "file:"):
-            if line.startswith(key):
-                files.append(line[len(key) :].strip())
-    return files
 
 
 def doctor(args: argparse.Namespace) -> int:
@@ -67,14 +59,17 @@ def doctor(args: argparse.Namespace) -> int:
     if root is None:
         print("book          no _config.yml/_toc.yml found above the current folder")
         return 0 if ok else 1
-    missing = [
-        f for f in _toc_files(root) if not any(root.glob(f + ".*")) and not (root / f).exists()
-    ]
+    try:
+        toc = toc_files(root)
+    except ImportError:  # PyYAML comes with the dev extra's Jupyter Book
+        print("book          cannot read _toc.yml: pip install 'attention-course[dev]'")
+        return 0 if ok else 1
+    missing = [f for f in toc if not any(root.glob(f + ".*")) and not (root / f).exists()]
     if missing:
         ok = False
         print(f"book          MISSING chapters listed in _toc.yml: {', '.join(missing)}")
     else:
-        print(f"book          sources in place ({len(_toc_files(root))} pages in _toc.yml)")
+        print(f"book          sources in place ({len(toc)} pages in _toc.yml)")
     if args.build:
         exe = shutil.which("jupyter-book")
         if exe is None:

@@ -37,33 +37,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .notebooks import (
+    KERNEL_NAME,
+    add_timeout_argument,
+    command_main,
+    missing_tools,
+    notebook_client,
+)
+
 if TYPE_CHECKING:  # nbformat and nbclient come with the `dev` extra; imported when used
     from nbformat import NotebookNode
 
 DEFAULT_TIMEOUT = 60.0
 CHECK_TIMEOUT = 10.0  # each checker case's own time limit, inside the kernel
 MARKER = "@@attention-course-grade@@"
-KERNEL_NAME = "python3"
 TABLE_WIDTH = 100  # the score table wraps messages to this many characters
-
-# Target names of the checkers, for notebooks without task metadata.
-CHECKER_NAMES = {
-    "check_soft_argmax": "soft_argmax",
-    "check_set_attention": "set_attention",
-    "check_scaled_dot_product_attention": "scaled_dot_product_attention",
-    "check_additive_attention": "AdditiveAttention",
-    "check_causal_mask": "causal_mask",
-    "check_padding_mask": "padding_mask",
-    "check_split_heads": "split_heads",
-    "check_merge_heads": "merge_heads",
-    "check_multi_head_attention": "MultiHeadAttention",
-    "check_layer_norm": "LayerNorm",
-    "check_batch_norm": "BatchNorm1d",
-    "check_positionwise_feed_forward": "PositionwiseFeedForward",
-    "check_sinusoidal_positional_encoding": "sinusoidal_positional_encoding",
-    "check_encoder_layer": "EncoderLayer",
-    "check_decoder_layer": "DecoderLayer",
-}
 
 
 @dataclass
@@ -206,7 +194,7 @@ def find_tasks(nb: NotebookNode) -> list[dict]:
         if quiz:
             question, name = quiz.groups()
             found.append({"kind": "quiz", "question": question, "name": name, "points": points})
-        elif call and call.group(1) in CHECKER_NAMES:
+        elif call and call.group(1) in _checker_names():
             found.append({"kind": "check", "checker": call.group(1), "name": call.group(2)})
             found[-1]["points"] = points
         else:
@@ -214,6 +202,13 @@ def find_tasks(nb: NotebookNode) -> list[dict]:
         found[-1]["id"] = found[-1]["name"]
         found[-1]["check_cell"] = meta.get("grade_id")
     return found
+
+
+def _checker_names() -> set[str]:
+    """The checkers' function names, for notebooks without task metadata."""
+    from .checks import REGISTRY
+
+    return {c.check.__name__ for c in REGISTRY}
 
 
 # ---------------------------------------------------------------- inside the kernel
@@ -274,17 +269,13 @@ class _Runner:
     """Execute cells one by one in one kernel, recording each outcome."""
 
     def __init__(self, nb: NotebookNode, cwd: Path, timeout: float, kernel_name: str):
-        from nbclient import NotebookClient
-
-        from .release import current_env_kernel_manager
-
         self.timeout = timeout
         self.replies: dict[int, dict] = {}
-        self.client = NotebookClient(
+        self.client = notebook_client(
             nb,
-            timeout=int(max(1, round(timeout))),
-            kernel_name=kernel_name,
-            kernel_manager_class=current_env_kernel_manager(),
+            cwd,
+            timeout,
+            kernel_name,
             allow_errors=True,
             interrupt_on_timeout=True,
             error_on_timeout={
@@ -292,8 +283,6 @@ class _Runner:
                 "evalue": f"cell execution exceeded {timeout:g} s",
                 "traceback": [],
             },
-            record_timing=False,
-            resources={"metadata": {"path": str(cwd)}},
             on_cell_executed=self._record,
         )
 
@@ -345,7 +334,7 @@ def grade_notebook(
     ]
     runner = _Runner(nb, path.parent.resolve(), timeout, kernel_name)
     died_at: int | None = None
-    with runner.client.setup_kernel():
+    with runner.client.setup_kernel(cleanup_kc=True):
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue
@@ -465,23 +454,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print a JSON document instead of the table"
     )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT,
-        metavar="SECONDS",
-        help=f"time limit for each cell of the submission (default {DEFAULT_TIMEOUT:g})",
-    )
+    add_timeout_argument(parser, DEFAULT_TIMEOUT, "for each cell of the submission")
 
 
 def run(args: argparse.Namespace) -> int:
     """Carry out a parsed ``grade`` command; return the exit status."""
-    try:
-        import nbclient  # noqa: F401
-        import nbformat
-    except ImportError as err:
-        print(f"grade: {err.name} is missing: pip install 'attention-course[dev]'", file=sys.stderr)
+    if missing_tools("grade", sys.stderr):
         return 2
+    import nbformat
+
     try:
         nb = nbformat.read(args.submission, as_version=4)
     except (OSError, ValueError) as err:  # missing file, not JSON, not a notebook
@@ -499,12 +480,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="attention-course grade",
-        description="Execute a submitted exercise notebook and grade every task in it.",
+    return command_main(
+        "attention-course grade",
+        "Execute a submitted exercise notebook and grade every task in it.",
+        add_arguments,
+        run,
+        argv,
     )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .notebooks import (
+    KERNEL_SPEC,
+    add_timeout_argument,
+    command_main,
+    missing_tools,
+    notebook_client,
+)
+
 if TYPE_CHECKING:  # nbformat and nbclient come with the `dev` extra; imported when used
     from nbformat import NotebookNode
 
@@ -37,7 +45,6 @@ END_SOLUTION = "### END SOLUTION"
 CODE_PLACEHOLDER = "raise NotImplementedError"
 MARKDOWN_PLACEHOLDER = "*Your answer here.*"
 SOLUTION_ONLY_TAG = "solution-only"
-KERNEL_SPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 DEFAULT_CELL_TIMEOUT = 120.0
 
 
@@ -104,33 +111,6 @@ def make_student_notebook(solution: NotebookNode) -> NotebookNode:
     return student
 
 
-def current_env_kernel_manager() -> type:
-    """A kernel manager class whose ``python3`` kernel runs this very interpreter.
-
-    The kernel must import the same ``attention_course`` and torch as the command that
-    starts it, whatever ``python3`` kernelspec happens to be installed on the machine
-    (``pytest --nbval-current-env`` does the same for the tests).
-    """
-    import ipykernel.kernelspec
-    from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import AsyncKernelManager
-
-    class CurrentEnvSpecs(KernelSpecManager):
-        def get_kernel_spec(self, kernel_name):
-            if kernel_name == KERNEL_SPEC["name"]:
-                return self.kernel_spec_class(
-                    resource_dir=ipykernel.kernelspec.RESOURCES,
-                    **ipykernel.kernelspec.get_kernel_dict(),
-                )
-            return super().get_kernel_spec(kernel_name)
-
-    class CurrentEnvKernelManager(AsyncKernelManager):
-        def _kernel_spec_manager_default(self):
-            return CurrentEnvSpecs(data_dir=self.data_dir)
-
-    return CurrentEnvKernelManager
-
-
 def execute_notebook(
     nb: NotebookNode, cwd: Path, timeout: float = DEFAULT_CELL_TIMEOUT
 ) -> NotebookNode:
@@ -140,17 +120,7 @@ def execute_notebook(
     the run with nbclient's ``CellExecutionError``. Tracebacks are then shortened to
     their last line, so the committed file holds no machine paths.
     """
-    from nbclient import NotebookClient
-
-    client = NotebookClient(
-        nb,
-        timeout=int(timeout),
-        kernel_name=KERNEL_SPEC["name"],
-        kernel_manager_class=current_env_kernel_manager(),
-        resources={"metadata": {"path": str(cwd)}},
-        record_timing=False,
-    )
-    client.execute()
+    notebook_client(nb, cwd, timeout).execute(cleanup_kc=True)
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
@@ -282,23 +252,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also re-execute the solved notebooks in place (after a checker changed)",
     )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_CELL_TIMEOUT,
-        metavar="SECONDS",
-        help=f"time limit per cell (default {DEFAULT_CELL_TIMEOUT:g})",
-    )
+    add_timeout_argument(parser, DEFAULT_CELL_TIMEOUT, "per cell")
 
 
 def run(args: argparse.Namespace) -> int:
     """Carry out a parsed ``release`` command; return the exit status."""
-    try:
-        import nbformat  # noqa: F401
-        from nbclient.exceptions import CellExecutionError, CellTimeoutError
-    except ImportError as err:
-        print(f"release: {err.name} is missing: pip install 'attention-course[dev]'")
+    if missing_tools("release"):
         return 2
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError
+
     paths = args.solutions or default_solutions()
     if not paths:
         print("release: no solution notebooks found (looked in exercises/solutions/)")
@@ -334,12 +296,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="attention-course release",
-        description="Generate exercises/NN.ipynb from exercises/solutions/NN.ipynb.",
+    return command_main(
+        "attention-course release",
+        "Generate exercises/NN.ipynb from exercises/solutions/NN.ipynb.",
+        add_arguments,
+        run,
+        argv,
     )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -8,22 +8,14 @@ import nbformat
 import pytest
 import yaml
 
+from attention_course.notebooks import toc_files
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb")) + sorted((ROOT / "exercises").rglob("*.ipynb"))
 
 
-def _toc_entries() -> set[str]:
-    entries = set()
-    for line in (ROOT / "_toc.yml").read_text(encoding="utf-8").splitlines():
-        line = line.strip().removeprefix("- ").strip()
-        for key in ("root:", "file:"):
-            if line.startswith(key):
-                entries.add(line[len(key) :].strip())
-    return entries
-
-
 def test_every_chapter_is_in_the_table_of_contents_and_exists():
-    toc = _toc_entries()
+    toc = set(toc_files(ROOT))
     chapters = {f"book/{p.stem}" for p in (ROOT / "book").glob("*.ipynb")}
     pages = {f"book/{p.stem}" for p in (ROOT / "book").glob("*.md")}
     assert chapters - toc == set(), "notebooks missing from _toc.yml"

@@ -6,13 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention_course.classifier import (
-    TransformerClassifier,
-    accuracy,
-    masked_max_pool,
-    masked_mean_pool,
-    train_classifier,
-)
+from attention_course.classifier import TransformerClassifier, masked_max_pool, masked_mean_pool
 from attention_course.data.sentiment import (
     NEGATIVE_WORDS,
     NEGATORS,
@@ -22,6 +16,7 @@ from attention_course.data.sentiment import (
     VOCAB,
     make_sentiment_task,
 )
+from attention_course.train import accuracy, train_classifier
 
 
 def _padded_batch(seed: int = 0):

@@ -15,6 +15,7 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook  # noqa: E402
 
+from attention_course.checks import REGISTRY  # noqa: E402
 from attention_course.release import (  # noqa: E402
     ReleaseError,
     differences,
@@ -168,23 +169,7 @@ def has_marker(source: str) -> bool:
     return bool(re.search(r"###\s*(BEGIN|END) SOLUTION", source))
 
 
-ALL_CHECKERS = {
-    "check_soft_argmax",
-    "check_set_attention",
-    "check_scaled_dot_product_attention",
-    "check_additive_attention",
-    "check_causal_mask",
-    "check_padding_mask",
-    "check_split_heads",
-    "check_merge_heads",
-    "check_multi_head_attention",
-    "check_layer_norm",
-    "check_batch_norm",
-    "check_positionwise_feed_forward",
-    "check_sinusoidal_positional_encoding",
-    "check_encoder_layer",
-    "check_decoder_layer",
-}
+ALL_CHECKERS = {c.check.__name__ for c in REGISTRY if c.exercise}
 
 
 def test_notebooks_cover_every_checker_and_have_a_quiz_each():

@@ -39,45 +39,17 @@ covers (``Case.covers``; ``report.covered`` collects them) and
 listed there as a deliberate exemption with its reason.
 """
 
+from ._registry import CHECKERS, REGISTRY, Checker
 from ._report import CaseResult, Report
-from .attention import (
-    check_additive_attention,
-    check_scaled_dot_product_attention,
-    check_set_attention,
-    check_soft_argmax,
-)
-from .ffn import check_positionwise_feed_forward
-from .masking import check_causal_mask, check_padding_mask
-from .multihead import check_merge_heads, check_multi_head_attention, check_split_heads
-from .norms import check_batch_norm, check_layer_norm
-from .positional import check_sinusoidal_positional_encoding
-from .sampling import check_filter_logits
-from .transformer import check_decoder_layer, check_encoder_layer
 
-CHECKERS = {
-    "soft_argmax": check_soft_argmax,
-    "set_attention": check_set_attention,
-    "scaled_dot_product_attention": check_scaled_dot_product_attention,
-    "additive_attention": check_additive_attention,
-    "causal_mask": check_causal_mask,
-    "padding_mask": check_padding_mask,
-    "split_heads": check_split_heads,
-    "merge_heads": check_merge_heads,
-    "multi_head_attention": check_multi_head_attention,
-    "layer_norm": check_layer_norm,
-    "batch_norm": check_batch_norm,
-    "positionwise_feed_forward": check_positionwise_feed_forward,
-    "sinusoidal_positional_encoding": check_sinusoidal_positional_encoding,
-    "encoder_layer": check_encoder_layer,
-    "decoder_layer": check_decoder_layer,
-    # Part V
-    "filter_logits": check_filter_logits,
-}
-"""Every checker by target name, e.g. ``CHECKERS["soft_argmax"]``."""
+# ``check_<target>`` for every registered checker, e.g. ``checks.check_soft_argmax``.
+globals().update({c.check.__name__: c.check for c in REGISTRY})
 
 __all__ = [
     "CHECKERS",
+    "REGISTRY",
     "CaseResult",
+    "Checker",
     "Report",
-    *(f"check_{name}" for name in CHECKERS),
+    *(c.check.__name__ for c in REGISTRY),
 ]

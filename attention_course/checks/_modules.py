@@ -8,11 +8,13 @@ become a failed case that lists the names the contract asks for.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 from ._compare import expect_grad
+from ._data import leaf
 from ._runner import CaseFailed, call_student
 
 
@@ -130,3 +132,81 @@ def backward_both(got: torch.Tensor, expected: torch.Tensor, seed: int = 123) ->
             "`torch.no_grad()`, `.detach()`, `.data` or `.numpy()` in the forward pass"
         )
     call_student(got.backward, upstream.to(got.dtype), what="backpropagating through your output")
+
+
+def leaves(*inputs: torch.Tensor, grad: bool = True) -> tuple[tuple, tuple]:
+    """(the student's inputs, the reference's): separate leaves that require grad when
+    ``grad``, else the same tensors twice."""
+    if not grad:
+        return inputs, inputs
+    return tuple(leaf(t) for t in inputs), tuple(leaf(t) for t in inputs)
+
+
+def expect_same_grads(
+    got: torch.Tensor,
+    expected: torch.Tensor,
+    inputs: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    modules: tuple[nn.Module, nn.Module] | None = None,
+) -> None:
+    """A gradient case's comparisons: backpropagate the same upstream gradient through
+    both outputs, then compare the parameters' gradients of ``modules`` (student,
+    reference) and, by name, each input's ``(student leaf, reference leaf)`` gradient."""
+    backward_both(got, expected)
+    if modules is not None:
+        student, reference = modules
+        compare_param_grads(student, reference, type(reference).__name__)
+    for name, (mine, theirs) in inputs.items():
+        expect_grad(mine.grad, theirs.grad, name)
+
+
+class ModulePair:
+    """The module-case sequence, written once: build the student's module beside the
+    reference with the same weights (:func:`build_pair`), set both to training or eval
+    mode, call both on the same inputs (:meth:`call`), compare gradients
+    (:meth:`expect_grads`)."""
+
+    def __init__(
+        self,
+        candidate: type,
+        reference_cls: type,
+        args: tuple = (),
+        init: dict | None = None,
+        *,
+        train: bool | None = None,
+    ) -> None:
+        self.student, self.reference = build_pair(candidate, reference_cls, args, init)
+        if train is not None:  # None keeps the mode a new module is in (training)
+            self.student.train(train)
+            self.reference.train(train)
+        self.mine: tuple = ()
+        self.theirs: tuple = ()
+
+    def call(
+        self,
+        *inputs: torch.Tensor,
+        what: str,
+        arg_names: tuple[str, ...],
+        grad: bool = False,
+        error_hint: str | None = None,
+        **options,
+    ) -> tuple[object, object]:
+        """(the student's result, the reference's) on the same inputs, as separate leaves
+        when ``grad``. The reference gets every option; the student only those that are
+        not None, so that a default argument is left to the student's own default."""
+        self.mine, self.theirs = leaves(*inputs, grad=grad)
+        expected = self.reference(*self.theirs, **options)
+        given = {k: v for k, v in options.items() if v is not None}
+        got = call_student(
+            self.student,
+            *self.mine,
+            what=what,
+            arg_names=arg_names,
+            error_hint=error_hint,
+            **given,
+        )
+        return got, expected
+
+    def expect_grads(self, got: torch.Tensor, expected: torch.Tensor, names: Sequence[str]):
+        """:func:`expect_same_grads` for the last :meth:`call`; ``names`` names its inputs."""
+        inputs = dict(zip(names, zip(self.mine, self.theirs, strict=True), strict=True))
+        expect_same_grads(got, expected, inputs, (self.student, self.reference))

@@ -346,3 +346,30 @@ def run_cases(target: str, cases: Sequence[Case], timeout: float) -> Report:
 def single_failure(target: str, name: str, message: str) -> Report:
     """A report with one failed case, for a candidate we cannot even start on."""
     return Report(target=f"check_{target}", results=[CaseResult(name, False, message)])
+
+
+def checker(target: str, class_name: str | None = None):
+    """Turn ``cases(candidate) -> list[Case]`` into ``check_<target>(candidate, *, timeout)``.
+
+    The checker first makes sure that the candidate is a function (or, given
+    ``class_name``, an ``nn.Module`` subclass), else it returns a one-case report saying
+    what to pass; then it runs the cases with :func:`run_cases`.
+    """
+
+    def wrap(cases: Callable[[object], Sequence[Case]]) -> Callable[..., Report]:
+        def check(candidate, *, timeout: float = 10.0) -> Report:
+            if class_name is None:
+                problem, need = function_problem(candidate, target), "is a function"
+            else:
+                problem = class_problem(candidate, target, class_name)
+                need = "is an nn.Module class"
+            if problem:
+                return single_failure(target, need, problem)
+            return run_cases(target, cases(candidate), timeout)
+
+        check.__name__ = check.__qualname__ = f"check_{target}"
+        check.__doc__ = cases.__doc__
+        check.__module__ = cases.__module__
+        return check
+
+    return wrap

@@ -9,29 +9,12 @@ import torch
 
 from attention_course import attention as ref
 
-from ._compare import (
-    Mistake,
-    expect_close,
-    expect_grad,
-    expect_like,
-    expect_tuple,
-    fmt_shape,
-    sums_to_one_hint,
-)
+from ._compare import Mistake, expect_close, expect_like, expect_tuple, fmt_shape, sums_to_one_hint
 from ._data import leaf, randn, random_bool
 from ._dropout import expect_dropout_of, is_unchanged
-from ._modules import backward_both, build_pair, compare_param_grads
-from ._report import Report
-from ._runner import (
-    TRIVIAL,
-    Case,
-    CaseFailed,
-    call_student,
-    class_problem,
-    function_problem,
-    run_cases,
-    single_failure,
-)
+from ._modules import ModulePair, expect_same_grads, leaves
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
+from ._weights import attend, expect_weights_then_output
 
 # ---------------------------------------------------------------- soft_argmax
 
@@ -127,18 +110,15 @@ def _soft_argmax_grad(candidate):
         expected = ref.soft_argmax(theirs, beta=1.5)
         got = call_student(candidate, mine, beta=1.5, what="soft_argmax(scores, beta=1.5)")
         expect_close(got, expected, "weights")
-        backward_both(got, expected)
-        expect_grad(mine.grad, theirs.grad, "`scores`")
+        expect_same_grads(got, expected, {"`scores`": (mine, theirs)})
 
     return run
 
 
-def check_soft_argmax(candidate, *, timeout: float = 10.0) -> Report:
+@checker("soft_argmax")
+def check_soft_argmax(candidate) -> list[Case]:
     """Check ``soft_argmax(scores, beta=1.0, dim=-1) -> softmax(beta * scores)``."""
-    problem = function_problem(candidate, "soft_argmax")
-    if problem:
-        return single_failure("soft_argmax", "is a function", problem)
-    cases = [
+    return [
         Case("1-D scores", _soft_argmax_case(candidate, randn(5, seed=1)), weight=TRIVIAL),
         Case("2-D scores, rows sum to 1", _soft_argmax_case(candidate, randn(3, 5, seed=2))),
         Case(
@@ -179,7 +159,6 @@ def check_soft_argmax(candidate, *, timeout: float = 10.0) -> Report:
             covers=frozenset({"grad", "beta"}),
         ),
     ]
-    return run_cases("soft_argmax", cases, timeout)
 
 
 # ---------------------------------------------------------------- set_attention
@@ -224,58 +203,10 @@ def _set_attention_case(candidate, X: torch.Tensor, **kwargs):
         _check_pair_order(got, expected_H, expected_A, ("H", "A"))
         variants = _set_attention_variants(X, kwargs.get("beta", 1.0), kwargs.get("hard", False))
         expect_weights_then_output(
-            got[::-1],
-            expected_A,
-            expected_H,
-            variants,
-            weights_name="A (the weights)",
-            output_name="H",
+            got, (expected_H, expected_A), variants, ("H", "A (the weights)")
         )
 
     return run
-
-
-def expect_weights_then_output(
-    got: tuple,
-    expected_weights: torch.Tensor,
-    expected_output: torch.Tensor,
-    variants: dict[str, tuple],
-    *,
-    weights_name: str,
-    output_name: str,
-) -> None:
-    """Check the weights first, then the output.
-
-    ``got`` is ``(weights, output)``; ``variants`` maps a mistake to its
-    ``(output, weights)``. For the output only the mistakes whose weights
-    equal the student's are considered, so that a correct softmax followed by
-    a wrong product is not blamed on the softmax.
-    """
-    got_weights, got_output = got
-    expect_close(
-        got_weights,
-        expected_weights,
-        weights_name,
-        mistakes=[(d, lambda v=v: v[1]) for d, v in variants.items()],
-        hints=[sums_to_one_hint(-1, "the keys (last axis)")],
-    )
-    same_weights = {
-        d: v
-        for d, v in variants.items()
-        if v[1].shape == got_weights.shape
-        and torch.allclose(
-            v[1].to(torch.float64),
-            got_weights.detach().to(torch.float64),
-            atol=1e-6,
-            equal_nan=True,
-        )
-    }
-    expect_close(
-        got_output,
-        expected_output,
-        output_name,
-        mistakes=[(d, lambda v=v: v[0]) for d, v in same_weights.items()],
-    )
 
 
 def _check_pair_order(got, first: torch.Tensor, second: torch.Tensor, names) -> None:
@@ -303,18 +234,15 @@ def _set_attention_grad(candidate):
         got = call_student(candidate, mine, beta=0.5, what="set_attention(X, beta=0.5)")
         got_H = expect_tuple(got, 2, "set_attention", ("H", "A"))[0]
         expect_close(got_H, expected_H, "H")
-        backward_both(got_H, expected_H)
-        expect_grad(mine.grad, theirs.grad, "`X`")
+        expect_same_grads(got_H, expected_H, {"`X`": (mine, theirs)})
 
     return run
 
 
-def check_set_attention(candidate, *, timeout: float = 10.0) -> Report:
+@checker("set_attention")
+def check_set_attention(candidate) -> list[Case]:
     """Check ``set_attention(X, beta=1.0, hard=False) -> (H, A)``."""
-    problem = function_problem(candidate, "set_attention")
-    if problem:
-        return single_failure("set_attention", "is a function", problem)
-    cases = [
+    return [
         Case("X (T, n) with T != n", _set_attention_case(candidate, randn(5, 3, seed=21))),
         Case("batched X (B, T, n)", _set_attention_case(candidate, randn(2, 4, 6, seed=22))),
         Case(
@@ -339,29 +267,9 @@ def check_set_attention(candidate, *, timeout: float = 10.0) -> Report:
         ),
         Case("gradient flows to X", _set_attention_grad(candidate), covers=frozenset({"grad"})),
     ]
-    return run_cases("set_attention", cases, timeout)
 
 
 # ---------------------------------------------------------------- scaled dot-product
-
-
-def _attend(scores, value, mask=None, *, dim=-1, after=False, invert=False, fill="zero-rows"):
-    """Softmax the scores (masked one way or another) and average the values."""
-    if mask is not None and mask.dtype == torch.bool:
-        keep = ~mask if invert else mask
-        if not after:
-            if fill == "large-negative":
-                scores = scores.masked_fill(~keep, -1e9)
-            else:
-                scores = scores.masked_fill(~keep, float("-inf"))
-    elif mask is not None:
-        scores = scores + mask
-    weights = torch.softmax(scores, dim=dim)
-    if fill == "zero-rows":
-        weights = torch.nan_to_num(weights, nan=0.0)
-    if mask is not None and mask.dtype == torch.bool and after:
-        weights = weights * keep
-    return weights @ value, weights
 
 
 def _sdpa_variants(q, k, v, mask=None, scale=None) -> dict[str, tuple]:
@@ -378,68 +286,68 @@ def _sdpa_variants(q, k, v, mask=None, scale=None) -> dict[str, tuple]:
             )
         else:
             ignored = "the `scale` argument is ignored: when given, it replaces 1/sqrt(d_k)"
-        variants[ignored] = _attend(raw / math.sqrt(d_k), v, mask)
+        variants[ignored] = attend(raw / math.sqrt(d_k), v, mask)
     else:
-        variants["the 1/sqrt(d_k) factor is missing: scale the scores by 1/sqrt(d_k)"] = _attend(
+        variants["the 1/sqrt(d_k) factor is missing: scale the scores by 1/sqrt(d_k)"] = attend(
             raw, v, mask
         )
-        variants["your scores are scaled by 1/d_k: the factor is 1/sqrt(d_k)"] = _attend(
+        variants["your scores are scaled by 1/d_k: the factor is 1/sqrt(d_k)"] = attend(
             raw / d_k, v, mask
         )
-        variants["you multiplied the scores by sqrt(d_k): divide by it"] = _attend(
+        variants["you multiplied the scores by sqrt(d_k): divide by it"] = attend(
             raw * math.sqrt(d_k), v, mask
         )
         if d_v != d_k:
             variants["you scaled by 1/sqrt(d_v): the factor uses the key size, 1/sqrt(d_k)"] = (
-                _attend(raw / math.sqrt(d_v), v, mask)
+                attend(raw / math.sqrt(d_v), v, mask)
             )
     variants[
         "your softmax runs over the query axis (dim=-2): the weights must sum to 1 over the keys"
-    ] = _attend(raw * s, v, mask, dim=-2)
-    variants["you averaged the keys instead of the values: the output is weights @ value"] = (
-        _attend(raw * s, k, mask)
+    ] = attend(raw * s, v, mask, dim=-2)
+    variants["you averaged the keys instead of the values: the output is weights @ value"] = attend(
+        raw * s, k, mask
     )
     if mask is not None and mask.dtype == torch.bool:
         variants[
             "the mask is inverted: True means 'may attend', so fill the scores where the mask "
             "is False"
-        ] = _attend(raw * s, v, mask, invert=True)
+        ] = attend(raw * s, v, mask, invert=True)
         variants[
             "the mask is applied after the softmax: masked keys must get -inf scores before "
             "the softmax, otherwise the remaining weights do not sum to 1"
-        ] = _attend(raw * s, v, mask, after=True)
+        ] = attend(raw * s, v, mask, after=True)
         variants[
             "the mask is ignored: fill the scores of masked keys with -inf before the softmax"
-        ] = _attend(raw * s, v)
+        ] = attend(raw * s, v)
         variants[
             "a fully masked row gives NaN (softmax of a row of -inf is 0/0): give such rows "
             "zero weights and a zero output"
-        ] = _attend(raw * s, v, mask, fill="nan")
+        ] = attend(raw * s, v, mask, fill="nan")
         variants[
             "a fully masked row gets uniform weights (a large negative fill makes the row "
             "constant): such rows must have zero weights and a zero output"
-        ] = _attend(raw * s, v, mask, fill="large-negative")
+        ] = attend(raw * s, v, mask, fill="large-negative")
         variants[
             "the bool mask multiplies the scores: that sets the masked scores to 0, not to "
             "-inf, so masked keys still get weight; use `scores.masked_fill(~mask, "
             "torch.finfo(scores.dtype).min)` (or -inf) before the softmax"
-        ] = _attend(raw * s * mask, v)
+        ] = attend(raw * s * mask, v)
     elif mask is not None:
-        variants["the float mask is ignored: add it to the scores before the softmax"] = _attend(
+        variants["the float mask is ignored: add it to the scores before the softmax"] = attend(
             raw * s, v
         )
-        variants["the float mask multiplies the scores: a float mask is added to them"] = _attend(
+        variants["the float mask multiplies the scores: a float mask is added to them"] = attend(
             raw * s * mask, v
         )
         variants[
             "a float mask is added to the scores, not converted to bool: `mask == 0` (or "
             "`mask.bool()`) is right only for a 0 / -inf mask, but a float mask may hold any "
             "bias (e.g. ALiBi's distance penalty); use `scores = scores + mask`"
-        ] = _attend(raw * s, v, mask == 0)
+        ] = attend(raw * s, v, mask == 0)
         variants[
             "a float mask is added to the scores, not converted to bool: `mask.bool()` marks "
             "every nonzero bias; use `scores = scores + mask`"
-        ] = _attend(raw * s, v, mask != 0)
+        ] = attend(raw * s, v, mask != 0)
     return variants
 
 
@@ -458,14 +366,7 @@ def _sdpa_case(candidate, q, k, v, **kwargs):
         got = expect_tuple(got, 2, "scaled_dot_product_attention", ("output", "weights"))
         _check_pair_order(got, expected_out, expected_w, ("output", "weights"))
         variants = _sdpa_variants(q, k, v, kwargs.get("mask"), kwargs.get("scale"))
-        expect_weights_then_output(
-            got[::-1],
-            expected_w,
-            expected_out,
-            variants,
-            weights_name="weights",
-            output_name="output",
-        )
+        expect_weights_then_output(got, (expected_out, expected_w), variants)
 
     return run
 
@@ -494,8 +395,7 @@ def _sdpa_grad(candidate):
     def run():
         q, k, v = randn(2, 3, 4, seed=41), randn(2, 5, 4, seed=42), randn(2, 5, 6, seed=43)
         mask = random_bool(3, 5, seed=44)
-        mine = [leaf(t) for t in (q, k, v)]
-        theirs = [leaf(t) for t in (q, k, v)]
+        mine, theirs = leaves(q, k, v)
         expected, _ = ref.scaled_dot_product_attention(*theirs, mask=mask)
         got = call_student(
             candidate,
@@ -505,9 +405,8 @@ def _sdpa_grad(candidate):
         )
         got_out = expect_tuple(got, 2, "scaled_dot_product_attention", ("output", "weights"))[0]
         expect_close(got_out, expected, "output")
-        backward_both(got_out, expected)
-        for name, a, b in zip(("`query`", "`key`", "`value`"), mine, theirs):
-            expect_grad(a.grad, b.grad, name)
+        names = ("`query`", "`key`", "`value`")
+        expect_same_grads(got_out, expected, dict(zip(names, zip(mine, theirs))))
 
     return run
 
@@ -592,13 +491,10 @@ def _sdpa_dropout_case(candidate, q, k, v, p: float, mask=None):
     return run
 
 
-def check_scaled_dot_product_attention(candidate, *, timeout: float = 10.0) -> Report:
+@checker("scaled_dot_product_attention")
+def check_scaled_dot_product_attention(candidate) -> list[Case]:
     """Check ``scaled_dot_product_attention(query, key, value, mask=None, dropout_p=0.0,
     scale=None) -> (output, weights)``."""
-    target = "scaled_dot_product_attention"
-    problem = function_problem(candidate, target)
-    if problem:
-        return single_failure(target, "is a function", problem)
     B, T, S, Dk, Dv, H = 2, 3, 5, 4, 6, 3
     q3, k3, v3 = randn(B, T, Dk, seed=31), randn(B, S, Dk, seed=32), randn(B, S, Dv, seed=33)
     q4, k4, v4 = (
@@ -621,7 +517,7 @@ def check_scaled_dot_product_attention(candidate, *, timeout: float = 10.0) -> R
         randn(4, 16, 5, seed=48),
     )
     big_mask = random_bool(4, 16, 16, seed=49)
-    cases = [
+    return [
         Case("3-D inputs, T != S, d_k != d_v", _sdpa_case(candidate, q3, k3, v3)),
         Case("4-D inputs with heads (B, H, T, d_k)", _sdpa_case(candidate, q4, k4, v4)),
         Case(
@@ -689,7 +585,6 @@ def check_scaled_dot_product_attention(candidate, *, timeout: float = 10.0) -> R
             covers=frozenset({"grad", "mask", "mask=bool"}),
         ),
     ]
-    return run_cases(target, cases, timeout)
 
 
 # ---------------------------------------------------------------- additive attention
@@ -704,7 +599,7 @@ def _additive_variants(module, query, keys, values, mask) -> dict[str, tuple]:
     features = (q @ W.T)[:, :, None, :] + (keys @ U.T)[:, None, :, :]  # (B, T, S, hidden)
 
     def finish(scores, dim=-1, ignore_mask=False, **kw):
-        out, weights = _attend(scores, values, None if ignore_mask else m, dim=dim, **kw)
+        out, weights = attend(scores, values, None if ignore_mask else m, dim=dim, **kw)
         if query.dim() == 2:
             return out[:, 0], weights[:, 0]
         return out, weights
@@ -737,7 +632,7 @@ def _additive_variants(module, query, keys, values, mask) -> dict[str, tuple]:
             "keys (dim=-1)"
         ] = ((batch_weights @ values)[:, 0], batch_weights[:, 0])
     if mask is not None and query.dim() == 2 and mask.dim() == 2:
-        out, weights = _attend(good, values, mask)  # (B, 1, S) with (B, S) -> (B, B, S)
+        out, weights = attend(good, values, mask)  # (B, 1, S) with (B, S) -> (B, B, S)
         variants[
             "with a single query (B, Dq) the mask (B, S) needs the query axis too, "
             "`mask[:, None, :]` -> (B, 1, S): otherwise it broadcasts against the (B, 1, S) "
@@ -765,32 +660,22 @@ def _masked_softmax(scores, mask, dim):
 
 def _additive_case(candidate, query, keys, values, mask=None, dims=(3, 5, 4)):
     def run():
-        student, reference = build_pair(candidate, ref.AdditiveAttention, dims)
-        reference.eval()
-        student.eval()
-        expected_ctx, expected_w = reference(query, keys, values, mask=mask)
-        kwargs = {} if mask is None else {"mask": mask}
-        got = call_student(
-            student,
+        pair = ModulePair(candidate, ref.AdditiveAttention, dims, train=False)
+        got, (expected_ctx, expected_w) = pair.call(
             query,
             keys,
             values,
+            mask=mask,
             what="attention(query, keys, values" + (", mask)" if mask is not None else ")"),
             arg_names=("query", "keys", "values"),
-            **kwargs,
         )
         got = expect_tuple(got, 2, "AdditiveAttention.forward", ("context", "weights"))
         _check_pair_order(got, expected_ctx, expected_w, ("context", "weights"))
         with torch.no_grad():
-            variants = _additive_variants(reference, query, keys, values, mask)
+            variants = _additive_variants(pair.reference, query, keys, values, mask)
         try:
             expect_weights_then_output(
-                got[::-1],
-                expected_w,
-                expected_ctx,
-                variants,
-                weights_name="weights",
-                output_name="context",
+                got, (expected_ctx, expected_w), variants, ("context", "weights")
             )
         except CaseFailed as failure:
             text = str(failure)
@@ -807,17 +692,22 @@ def _additive_case(candidate, query, keys, values, mask=None, dims=(3, 5, 4)):
 
 def _additive_grad(candidate):
     def run():
-        student, reference = build_pair(candidate, ref.AdditiveAttention, (3, 5, 4))
+        pair = ModulePair(candidate, ref.AdditiveAttention, (3, 5, 4))
         query, keys, values = (
             randn(2, 2, 3, seed=61),
             randn(2, 4, 5, seed=62),
             randn(2, 4, 6, seed=63),
         )
         mask = random_bool(2, 1, 4, seed=64)
-        mine = [leaf(t) for t in (query, keys, values)]
-        theirs = [leaf(t) for t in (query, keys, values)]
-        expected, _ = reference(*theirs, mask=mask)
-        got = call_student(student, *mine, mask=mask, what="attention(query, keys, values, mask)")
+        got, (expected, _) = pair.call(
+            query,
+            keys,
+            values,
+            mask=mask,
+            what="attention(query, keys, values, mask)",
+            arg_names=(),
+            grad=True,
+        )
         got_ctx, got_w = expect_tuple(got, 2, "AdditiveAttention.forward", ("context", "weights"))
         expect_close(got_ctx, expected, "context")
         if isinstance(got_w, torch.Tensor) and not got_w.requires_grad:
@@ -826,20 +716,14 @@ def _additive_grad(candidate):
                 "(`.detach()`, `.data` or `torch.no_grad()`), so a loss on the weights (e.g. an "
                 "attention-supervision loss) cannot train W, U and v; return them as computed"
             )
-        backward_both(got_ctx, expected)
-        compare_param_grads(student, reference, "AdditiveAttention")
-        for name, a, b in zip(("`query`", "`keys`", "`values`"), mine, theirs):
-            expect_grad(a.grad, b.grad, name)
+        pair.expect_grads(got_ctx, expected, ("`query`", "`keys`", "`values`"))
 
     return run
 
 
-def check_additive_attention(candidate, *, timeout: float = 10.0) -> Report:
+@checker("additive_attention", "AdditiveAttention")
+def check_additive_attention(candidate) -> list[Case]:
     """Check the class ``AdditiveAttention(query_dim, key_dim, hidden_dim)``."""
-    target = "additive_attention"
-    problem = class_problem(candidate, target, "AdditiveAttention")
-    if problem:
-        return single_failure(target, "is an nn.Module class", problem)
     B, T, S, Dq, Dk, Dv = 2, 3, 5, 3, 5, 6
     q2, q3 = randn(B, Dq, seed=51), randn(B, T, Dq, seed=52)
     keys, values = randn(B, S, Dk, seed=53), randn(B, S, Dv, seed=54)
@@ -847,7 +731,7 @@ def check_additive_attention(candidate, *, timeout: float = 10.0) -> Report:
     mask3 = random_bool(B, 1, S, seed=55)  # (B, 1, S)
     fully = random_bool(B, T, S, seed=56)
     fully[1, 0] = False
-    cases = [
+    return [
         Case(
             "query (B, Dq): context (B, Dv), weights (B, S)",
             _additive_case(candidate, q2, keys, values),
@@ -878,4 +762,3 @@ def check_additive_attention(candidate, *, timeout: float = 10.0) -> Report:
             covers=frozenset({"grad", "mask", "mask=(B, 1, S)"}),
         ),
     ]
-    return run_cases(target, cases, timeout)

@@ -7,20 +7,11 @@ import torch.nn.functional as F
 
 from attention_course import ffn as ref
 
-from ._compare import expect_close, expect_grad, expect_like
-from ._data import leaf, randn
+from ._compare import expect_close, expect_like
+from ._data import randn
 from ._dropout import expect_dropout_of, is_unchanged, looks_dropped_out
-from ._modules import backward_both, build_pair, compare_param_grads
-from ._report import Report
-from ._runner import (
-    TRIVIAL,
-    Case,
-    CaseFailed,
-    call_student,
-    class_problem,
-    run_cases,
-    single_failure,
-)
+from ._modules import ModulePair, build_pair
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 
 _FFN_DROPOUT_WHERE = (
     "on the hidden activations, between the activation and linear2: "
@@ -63,18 +54,15 @@ def _ffn_mistakes(module, x: torch.Tensor):
 
 def _ffn_case(candidate, init: dict, x: torch.Tensor, grad: bool = False, train: bool = False):
     def run():
-        student, reference = build_pair(candidate, ref.PositionwiseFeedForward, kwargs=init)
-        student.train(train)
-        reference.train(train)
-        mine, theirs = (leaf(x), leaf(x)) if grad else (x, x)
-        expected = reference(theirs)
+        pair = ModulePair(candidate, ref.PositionwiseFeedForward, init=init, train=train)
+        reference = pair.reference
         seen: list = []
-        linear2 = getattr(student, "linear2", None)
+        linear2 = getattr(pair.student, "linear2", None)
         handle = None
         if isinstance(linear2, torch.nn.Module):
             handle = linear2.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
         try:
-            got = call_student(student, mine, what="ffn(x)", arg_names=("x",))
+            got, expected = pair.call(x, what="ffn(x)", arg_names=("x",), grad=grad)
         finally:
             if handle is not None:
                 handle.remove()
@@ -97,9 +85,7 @@ def _ffn_case(candidate, init: dict, x: torch.Tensor, grad: bool = False, train:
             mistakes = _ffn_mistakes(reference, x)
         expect_close(got, expected, "the output", mistakes=mistakes)
         if grad:
-            backward_both(got, expected)
-            compare_param_grads(student, reference, "PositionwiseFeedForward")
-            expect_grad(mine.grad, theirs.grad, "`x`")
+            pair.expect_grads(got, expected, ("`x`",))
 
     return run
 
@@ -162,17 +148,14 @@ def _ffn_dropout_case(candidate, init: dict, x: torch.Tensor):
     return run
 
 
-def check_positionwise_feed_forward(candidate, *, timeout: float = 10.0) -> Report:
+@checker("positionwise_feed_forward", "PositionwiseFeedForward")
+def check_positionwise_feed_forward(candidate) -> list[Case]:
     """Check the class ``PositionwiseFeedForward(d_model, d_ff, dropout=0.0,
     activation="relu")``."""
-    target = "positionwise_feed_forward"
-    problem = class_problem(candidate, target, "PositionwiseFeedForward")
-    if problem:
-        return single_failure(target, "is an nn.Module class", problem)
     x = randn(2, 3, 8, seed=141)
     relu = {"d_model": 8, "d_ff": 16}
     big = randn(4, 16, 8, seed=143)
-    cases = [
+    return [
         Case("(B, T, D) input, relu", _ffn_case(candidate, relu, x)),
         Case("T = 1", _ffn_case(candidate, relu, x[:, :1]), weight=TRIVIAL),
         Case(
@@ -207,4 +190,3 @@ def check_positionwise_feed_forward(candidate, *, timeout: float = 10.0) -> Repo
             covers=frozenset({"grad", "mode=train"}),
         ),
     ]
-    return run_cases(target, cases, timeout)

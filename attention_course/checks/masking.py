@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from attention_course import masking as ref
 
 from ._compare import expect_close
-from ._report import Report
-from ._runner import (
-    TRIVIAL,
-    Case,
-    CaseFailed,
-    call_student,
-    function_problem,
-    run_cases,
-    single_failure,
-)
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 
 _BOOL_HINT = "build it with `dtype=torch.bool` (or compare with `<`/`<=`, which gives bools)"
 
@@ -87,6 +80,20 @@ def _causal_case(candidate, size: int, with_device: bool = False):
     return run
 
 
+def _expect_meta_mask(got, shape: tuple[int, int], moved: Callable[[str], str]) -> None:
+    """A mask asked for on the meta device: a bool tensor of ``shape`` that is still there;
+    ``moved(device type)`` says what went wrong when it came back elsewhere."""
+    if not isinstance(got, torch.Tensor):
+        raise CaseFailed(f"the mask: expected a torch.Tensor, got {type(got).__name__}")
+    if got.device != torch.device("meta"):
+        raise CaseFailed(moved(got.device.type))
+    if tuple(got.shape) != shape or got.dtype != torch.bool:
+        raise CaseFailed(
+            f"the mask on the meta device: expected a bool {shape} tensor, got "
+            f"{got.dtype} {tuple(got.shape)}"
+        )
+
+
 def _causal_meta_case(candidate, size: int):
     """The `device` argument, on PyTorch's "meta" device: it exists on every machine and
     holds no data, so a mask built on the CPU (device ignored) shows at once."""
@@ -96,31 +103,25 @@ def _causal_meta_case(candidate, size: int):
         got = call_student(
             candidate, size, device=meta, what=f"causal_mask({size}, device=torch.device('meta'))"
         )
-        if not isinstance(got, torch.Tensor):
-            raise CaseFailed(f"the mask: expected a torch.Tensor, got {type(got).__name__}")
-        if got.device != meta:
-            raise CaseFailed(
+        _expect_meta_mask(
+            got,
+            (size, size),
+            lambda device: (
                 f"the `device` argument is ignored: causal_mask({size}, device=meta) returned a "
-                f"mask on {got.device.type}, expected it on the requested device (meta); create "
+                f"mask on {device}, expected it on the requested device (meta); create "
                 "the tensor there, `torch.ones(size, size, dtype=torch.bool, device=device)`, "
                 "instead of moving it afterwards or ignoring `device`"
-            )
-        if tuple(got.shape) != (size, size) or got.dtype != torch.bool:
-            raise CaseFailed(
-                f"the mask on the meta device: expected a bool ({size}, {size}) tensor, got "
-                f"{got.dtype} {tuple(got.shape)}"
-            )
+            ),
+        )
 
     return run
 
 
-def check_causal_mask(candidate, *, timeout: float = 10.0) -> Report:
+@checker("causal_mask")
+def check_causal_mask(candidate) -> list[Case]:
     """Check ``causal_mask(size, device=None) -> bool (size, size)``, True on and below
     the diagonal."""
-    problem = function_problem(candidate, "causal_mask")
-    if problem:
-        return single_failure("causal_mask", "is a function", problem)
-    cases = [
+    return [
         Case("size 1", _causal_case(candidate, 1), weight=TRIVIAL),
         Case("size 2", _causal_case(candidate, 2), weight=TRIVIAL),
         Case("size 5", _causal_case(candidate, 5)),
@@ -136,7 +137,6 @@ def check_causal_mask(candidate, *, timeout: float = 10.0) -> Report:
             covers=frozenset({"device", "device=meta"}),
         ),
     ]
-    return run_cases("causal_mask", cases, timeout)
 
 
 def _padding_mistakes(lengths: torch.Tensor, max_len: int | None):
@@ -248,31 +248,25 @@ def _padding_meta_case(candidate, max_len: int):
                 "the data-less meta device cannot provide; make sure the mask is created "
                 "with `device=lengths.device`"
             )
-        if not isinstance(got, torch.Tensor):
-            raise CaseFailed(f"the mask: expected a torch.Tensor, got {type(got).__name__}")
-        if got.device != meta:
-            raise CaseFailed(
+        _expect_meta_mask(
+            got,
+            (3, max_len),
+            lambda device: (
                 f"the device of `lengths` is ignored: with `lengths` on the meta device the "
-                f"mask came back on {got.device.type}; build it on `lengths.device`, e.g. "
+                f"mask came back on {device}; build it on `lengths.device`, e.g. "
                 "`torch.arange(max_len, device=lengths.device)`, and do not move `lengths` "
                 "(no `.cpu()`)"
-            )
-        if tuple(got.shape) != (3, max_len) or got.dtype != torch.bool:
-            raise CaseFailed(
-                f"the mask on the meta device: expected a bool (3, {max_len}) tensor, got "
-                f"{got.dtype} {tuple(got.shape)}"
-            )
+            ),
+        )
 
     return run
 
 
-def check_padding_mask(candidate, *, timeout: float = 10.0) -> Report:
+@checker("padding_mask")
+def check_padding_mask(candidate) -> list[Case]:
     """Check ``padding_mask(lengths, max_len=None) -> bool (B, max_len)``, True at real
     tokens."""
-    problem = function_problem(candidate, "padding_mask")
-    if problem:
-        return single_failure("padding_mask", "is a function", problem)
-    cases = [
+    return [
         Case("lengths [3, 1, 4], max_len from the lengths", _padding_case(candidate, [3, 1, 4])),
         Case(
             "lengths [2, 5], max_len=7",
@@ -302,4 +296,3 @@ def check_padding_mask(candidate, *, timeout: float = 10.0) -> Report:
             covers=frozenset({"max_len", "device=meta"}),
         ),
     ]
-    return run_cases("padding_mask", cases, timeout)

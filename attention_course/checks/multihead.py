@@ -9,22 +9,12 @@ import torch
 
 from attention_course import multihead as ref
 
-from ._compare import expect_close, expect_grad, expect_like, expect_tuple, fmt_shape
-from ._data import leaf, randn, random_bool
+from ._compare import expect_close, expect_like, expect_tuple, fmt_shape
+from ._data import randn, random_bool
 from ._dropout import expect_dropout_of, is_unchanged, looks_dropped_out
-from ._modules import backward_both, build_pair, compare_param_grads
-from ._report import Report
-from ._runner import (
-    TRIVIAL,
-    Case,
-    CaseFailed,
-    call_student,
-    class_problem,
-    function_problem,
-    run_cases,
-    single_failure,
-)
-from .attention import _attend, expect_weights_then_output
+from ._modules import ModulePair, build_pair, expect_same_grads, leaves
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
+from ._weights import attend, expect_weights_then_output
 
 # ---------------------------------------------------------------- split / merge
 
@@ -76,25 +66,22 @@ def _merge_mistakes(x: torch.Tensor):
 def _split_case(candidate, shape: tuple[int, int, int], H: int, seed: int, grad: bool = False):
     def run():
         x = randn(*shape, seed=seed)
-        mine, theirs = (leaf(x), leaf(x)) if grad else (x, x)
+        (mine,), (theirs,) = leaves(x, grad=grad)
         expected = ref.split_heads(theirs, H)
         got = call_student(
             candidate, mine, H, what=f"split_heads(x {fmt_shape(shape)}, {H})", arg_names=("x",)
         )
         expect_close(got, expected, "the result", mistakes=_split_mistakes(x, H))
         if grad:
-            backward_both(got, expected)
-            expect_grad(mine.grad, theirs.grad, "`x`")
+            expect_same_grads(got, expected, {"`x`": (mine, theirs)})
 
     return run
 
 
-def check_split_heads(candidate, *, timeout: float = 10.0) -> Report:
+@checker("split_heads")
+def check_split_heads(candidate) -> list[Case]:
     """Check ``split_heads(x (B, T, D), num_heads) -> (B, H, T, Dh)``."""
-    problem = function_problem(candidate, "split_heads")
-    if problem:
-        return single_failure("split_heads", "is a function", problem)
-    cases = [
+    return [
         Case("(B, T, D) = (2, 3, 8), H = 2", _split_case(candidate, (2, 3, 8), 2, seed=71)),
         Case("H = 1", _split_case(candidate, (2, 3, 6), 1, seed=72), weight=TRIVIAL),
         Case("H = 4", _split_case(candidate, (2, 5, 8), 4, seed=73)),
@@ -106,21 +93,19 @@ def check_split_heads(candidate, *, timeout: float = 10.0) -> Report:
             covers=frozenset({"grad"}),
         ),
     ]
-    return run_cases("split_heads", cases, timeout)
 
 
 def _merge_case(candidate, shape: tuple[int, int, int, int], seed: int, grad: bool = False):
     def run():
         x = randn(*shape, seed=seed)
-        mine, theirs = (leaf(x), leaf(x)) if grad else (x, x)
+        (mine,), (theirs,) = leaves(x, grad=grad)
         expected = ref.merge_heads(theirs)
         got = call_student(
             candidate, mine, what=f"merge_heads(x {fmt_shape(shape)})", arg_names=("x",)
         )
         expect_close(got, expected, "the result", mistakes=_merge_mistakes(x))
         if grad:
-            backward_both(got, expected)
-            expect_grad(mine.grad, theirs.grad, "`x`")
+            expect_same_grads(got, expected, {"`x`": (mine, theirs)})
 
     return run
 
@@ -139,12 +124,10 @@ def _merge_roundtrip(candidate):
     return run
 
 
-def check_merge_heads(candidate, *, timeout: float = 10.0) -> Report:
+@checker("merge_heads")
+def check_merge_heads(candidate) -> list[Case]:
     """Check ``merge_heads(x (B, H, T, Dh)) -> (B, T, H * Dh)``."""
-    problem = function_problem(candidate, "merge_heads")
-    if problem:
-        return single_failure("merge_heads", "is a function", problem)
-    cases = [
+    return [
         Case("(B, H, T, Dh) = (2, 2, 3, 4)", _merge_case(candidate, (2, 2, 3, 4), seed=81)),
         Case("H = 1", _merge_case(candidate, (2, 1, 3, 5), seed=82), weight=TRIVIAL),
         Case("H = 4, T = 5", _merge_case(candidate, (2, 4, 5, 2), seed=83)),
@@ -156,7 +139,6 @@ def check_merge_heads(candidate, *, timeout: float = 10.0) -> Report:
             covers=frozenset({"grad"}),
         ),
     ]
-    return run_cases("merge_heads", cases, timeout)
 
 
 # ---------------------------------------------------------------- MultiHeadAttention
@@ -193,7 +175,7 @@ def _mha_variant(
 
     q, k, v = split_(module.w_q(query)), split_(module.w_k(key)), split_(module.w_v(value))
     factor = {"d_head": 1 / math.sqrt(Dh), "d_model": 1 / math.sqrt(D), "none": 1.0}[scale]
-    heads, weights = _attend(q @ k.transpose(-2, -1) * factor, v, mask, **attend_kwargs)
+    heads, weights = attend(q @ k.transpose(-2, -1) * factor, v, mask, **attend_kwargs)
     out = merge_(heads)
     return (module.w_o(out) if out_proj else out), weights
 
@@ -297,14 +279,7 @@ def _mha_case(candidate, init: dict, shapes, mask=None, need_weights=True, train
         with torch.no_grad():
             variants = _mha_variants(reference, query, key, value, mask)
         if need_weights:
-            expect_weights_then_output(
-                got[::-1],
-                expected_w,
-                expected_out,
-                variants,
-                weights_name="weights",
-                output_name="output",
-            )
+            expect_weights_then_output(got, (expected_out, expected_w), variants)
         else:
             expect_close(
                 got[0],
@@ -328,19 +303,15 @@ def _mha_case(candidate, init: dict, shapes, mask=None, need_weights=True, train
 def _mha_grad(candidate):
     def run():
         init = {"d_model": 8, "num_heads": 2, "kdim": 5, "vdim": 7}
-        student, reference = build_pair(candidate, ref.MultiHeadAttention, kwargs=init)
+        pair = ModulePair(candidate, ref.MultiHeadAttention, init=init)
         inputs = (randn(2, 3, 8, seed=94), randn(2, 4, 5, seed=95), randn(2, 4, 7, seed=96))
         mask = random_bool(2, 1, 3, 4, seed=97)
-        mine = [leaf(t) for t in inputs]
-        theirs = [leaf(t) for t in inputs]
-        expected, _ = reference(*theirs, mask=mask)
-        got = call_student(student, *mine, mask=mask, what="mha(query, key, value, mask)")
+        got, (expected, _) = pair.call(
+            *inputs, mask=mask, what="mha(query, key, value, mask)", arg_names=(), grad=True
+        )
         got_out = expect_tuple(got, 2, "MultiHeadAttention.forward", ("output", "weights"))[0]
         expect_close(got_out, expected, "output")
-        backward_both(got_out, expected)
-        compare_param_grads(student, reference, "MultiHeadAttention")
-        for name, a, b in zip(("`query`", "`key`", "`value`"), mine, theirs):
-            expect_grad(a.grad, b.grad, name)
+        pair.expect_grads(got_out, expected, ("`query`", "`key`", "`value`"))
 
     return run
 
@@ -424,13 +395,10 @@ def _mha_attributes(candidate):
     return run
 
 
-def check_multi_head_attention(candidate, *, timeout: float = 10.0) -> Report:
+@checker("multi_head_attention", "MultiHeadAttention")
+def check_multi_head_attention(candidate) -> list[Case]:
     """Check the class ``MultiHeadAttention(d_model, num_heads, dropout=0.0, bias=True,
     kdim=None, vdim=None)``."""
-    target = "multi_head_attention"
-    problem = class_problem(candidate, target, "MultiHeadAttention")
-    if problem:
-        return single_failure(target, "is an nn.Module class", problem)
     B, T, S = 2, 4, 6
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     additive = torch.zeros(T, T, dtype=torch.float64).masked_fill(~causal, float("-inf"))
@@ -441,7 +409,7 @@ def check_multi_head_attention(candidate, *, timeout: float = 10.0) -> Report:
     fully[1, 0, 2] = False
     base = {"d_model": 8, "num_heads": 2}
     cross = {"d_model": 8, "num_heads": 2, "kdim": 5, "vdim": 7}
-    cases = [
+    return [
         Case("attributes num_heads and d_head", _mha_attributes(candidate), weight=TRIVIAL),
         Case(
             "self-attention, d_model=8, H=2",
@@ -513,4 +481,3 @@ def check_multi_head_attention(candidate, *, timeout: float = 10.0) -> Report:
             covers=frozenset({"grad", "mode=train", "mask", "mask=bool", "kdim", "vdim"}),
         ),
     ]
-    return run_cases(target, cases, timeout)

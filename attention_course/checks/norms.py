@@ -10,19 +10,10 @@ import torch.nn.functional as F
 
 from attention_course import norms as ref
 
-from ._compare import expect_close, expect_grad
-from ._data import leaf, randn
-from ._modules import backward_both, build_pair, compare_param_grads
-from ._report import Report
-from ._runner import (
-    TRIVIAL,
-    Case,
-    CaseFailed,
-    call_student,
-    class_problem,
-    run_cases,
-    single_failure,
-)
+from ._compare import expect_close
+from ._data import randn
+from ._modules import ModulePair, build_pair
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 
 # ---------------------------------------------------------------- LayerNorm
 
@@ -104,17 +95,13 @@ def _layer_norm_mistakes(module, x: torch.Tensor):
 
 def _layer_norm_case(candidate, init: dict, x: torch.Tensor, grad: bool = False):
     def run():
-        student, reference = build_pair(candidate, ref.LayerNorm, kwargs=init)
-        mine, theirs = (leaf(x), leaf(x)) if grad else (x, x)
-        expected = reference(theirs)
-        got = call_student(student, mine, what="norm(x)", arg_names=("x",))
+        pair = ModulePair(candidate, ref.LayerNorm, init=init)
+        got, expected = pair.call(x, what="norm(x)", arg_names=("x",), grad=grad)
         with torch.no_grad():
-            mistakes = _layer_norm_mistakes(reference, x)
+            mistakes = _layer_norm_mistakes(pair.reference, x)
         expect_close(got, expected, "the output", mistakes=mistakes)
         if grad:
-            backward_both(got, expected)
-            compare_param_grads(student, reference, "LayerNorm")
-            expect_grad(mine.grad, theirs.grad, "`x`")
+            pair.expect_grads(got, expected, ("`x`",))
 
     return run
 
@@ -171,12 +158,9 @@ def _without_builtin(cases: list[Case], name: str, module_name: str) -> list[Cas
     return [dataclasses.replace(case, run=wrap(case.run)) for case in cases]
 
 
-def check_layer_norm(candidate, *, timeout: float = 10.0) -> Report:
+@checker("layer_norm", "LayerNorm")
+def check_layer_norm(candidate) -> list[Case]:
     """Check the class ``LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True)``."""
-    target = "layer_norm"
-    problem = class_problem(candidate, target, "LayerNorm")
-    if problem:
-        return single_failure(target, "is an nn.Module class", problem)
     x = 2.0 + 3.0 * randn(2, 3, 8, seed=101)
     tiny = 5.0 + 1e-3 * randn(2, 3, 8, seed=102)  # variance 1e-6, below eps = 1e-5
     cases = [
@@ -221,7 +205,7 @@ def check_layer_norm(candidate, *, timeout: float = 10.0) -> Report:
             covers=frozenset({"grad", "normalized_shape=tuple"}),
         ),
     ]
-    return run_cases(target, _without_builtin(cases, "layer_norm", "LayerNorm"), timeout)
+    return _without_builtin(cases, "layer_norm", "LayerNorm")
 
 
 # ---------------------------------------------------------------- BatchNorm1d
@@ -471,29 +455,23 @@ def _pick(simulation: dict, index_or_key):
 
 def _batch_norm_grad(candidate):
     def run():
-        student, reference = build_pair(candidate, ref.BatchNorm1d, kwargs={"num_features": 3})
+        pair = ModulePair(candidate, ref.BatchNorm1d, init={"num_features": 3})
         x = _batch_inputs(3, True, seed=121)[0]
-        mine, theirs = leaf(x), leaf(x)
-        expected = reference(theirs)
-        got = call_student(
-            student, mine, what="bn(x)", arg_names=("x",), error_hint=_bn_error_hint(True)
+        got, expected = pair.call(
+            x, what="bn(x)", arg_names=("x",), grad=True, error_hint=_bn_error_hint(True)
         )
         expect_close(got, expected, "the training-mode output")
-        backward_both(got, expected)
-        compare_param_grads(student, reference, "BatchNorm1d")
-        expect_grad(mine.grad, theirs.grad, "`x`")
+        pair.expect_grads(got, expected, ("`x`",))
 
     return run
 
 
 def _batch_norm_fresh_eval(candidate):
     def run():
-        student, reference = build_pair(candidate, ref.BatchNorm1d, kwargs={"num_features": 4})
-        student.eval()
-        reference.eval()
+        pair = ModulePair(candidate, ref.BatchNorm1d, init={"num_features": 4}, train=False)
+        reference = pair.reference
         x = _batch_inputs(4, False, seed=131)[0]
-        expected = reference(x)
-        got = call_student(student, x, what="bn(x) in eval mode", arg_names=("x",))
+        got, expected = pair.call(x, what="bn(x) in eval mode", arg_names=("x",))
         expect_close(
             got,
             expected,
@@ -517,13 +495,10 @@ def _batch_norm_fresh_eval(candidate):
     return run
 
 
-def check_batch_norm(candidate, *, timeout: float = 10.0) -> Report:
+@checker("batch_norm", "BatchNorm1d")
+def check_batch_norm(candidate) -> list[Case]:
     """Check the class ``BatchNorm1d(num_features, eps=1e-5, momentum=0.1)``: training
     outputs, running statistics, evaluation, for (B, C) and (B, C, L) inputs."""
-    target = "batch_norm"
-    problem = class_problem(candidate, target, "BatchNorm1d")
-    if problem:
-        return single_failure(target, "is an nn.Module class", problem)
     two = {"num_features": 4}
     three = {"num_features": 3, "eps": 1e-3, "momentum": 0.3}
     cases = [
@@ -572,4 +547,4 @@ def check_batch_norm(candidate, *, timeout: float = 10.0) -> Report:
             covers=frozenset({"grad", "mode=train", "input=(B, C, L)"}),
         ),
     ]
-    return run_cases(target, _without_builtin(cases, "batch_norm", "BatchNorm1d"), timeout)
+    return _without_builtin(cases, "batch_norm", "BatchNorm1d")

@@ -7,8 +7,7 @@ import torch
 from attention_course import positional as ref
 
 from ._compare import expect_close
-from ._report import Report
-from ._runner import TRIVIAL, Case, call_student, function_problem, run_cases, single_failure
+from ._runner import TRIVIAL, Case, call_student, checker
 
 _ODD_WIDTH = (
     "with an odd d_model there are ceil(d/2) sine columns (0, 2, ..., d-1) but only "
@@ -105,13 +104,10 @@ def _pe_case(candidate, max_len: int, d_model: int):
     return run
 
 
-def check_sinusoidal_positional_encoding(candidate, *, timeout: float = 10.0) -> Report:
+@checker("sinusoidal_positional_encoding")
+def check_sinusoidal_positional_encoding(candidate) -> list[Case]:
     """Check ``sinusoidal_positional_encoding(max_len, d_model) -> (max_len, d_model)``."""
-    target = "sinusoidal_positional_encoding"
-    problem = function_problem(candidate, target)
-    if problem:
-        return single_failure(target, "is a function", problem)
-    cases = [
+    return [
         Case("max_len=10, d_model=16", _pe_case(candidate, 10, 16), covers=frozenset({"even"})),
         Case("max_len=1, d_model=4 (position 0 only)", _pe_case(candidate, 1, 4), weight=TRIVIAL),
         Case("max_len=50, d_model=6", _pe_case(candidate, 50, 6), covers=frozenset({"even"})),
@@ -128,4 +124,3 @@ def check_sinusoidal_positional_encoding(candidate, *, timeout: float = 10.0) ->
             covers=frozenset({"odd"}),
         ),
     ]
-    return run_cases(target, cases, timeout)

@@ -11,17 +11,14 @@ from attention_course import sampling as ref
 
 from ._compare import expect_close, expect_tensor, first_mistake, fmt_values, tolerances
 from ._data import randn
-from ._report import Report
 from ._runner import (
     TRIVIAL,
     Case,
     CaseFailed,
     NotImplementedYet,
     call_student,
+    checker,
     describe_exception,
-    function_problem,
-    run_cases,
-    single_failure,
 )
 
 NEG_INF = float("-inf")
@@ -327,13 +324,11 @@ def _tied():
     )
 
 
-def check_filter_logits(candidate, *, timeout: float = 10.0) -> Report:
+@checker("filter_logits")
+def check_filter_logits(candidate) -> list[Case]:
     """Check ``filter_logits(logits, top_k=None, top_p=None) -> (..., V)``: -inf outside
     the top-k / top-p set, top_k first when both are given."""
-    problem = function_problem(candidate, "filter_logits")
-    if problem:
-        return single_failure("filter_logits", "is a function", problem)
-    cases = [
+    return [
         Case(
             "top_k=3 on (4, 10) logits",
             _compare_case(candidate, _scaled(4, 10, seed=1), top_k=3),
@@ -410,4 +405,3 @@ def check_filter_logits(candidate, *, timeout: float = 10.0) -> Report:
             covers=frozenset({"top_p", "bad top_p"}),
         ),
     ]
-    return run_cases("filter_logits", cases, timeout)

@@ -6,20 +6,11 @@ import torch
 
 from attention_course import transformer as ref
 
-from ._compare import expect_close, expect_grad, expect_like, expect_tuple, fmt_shape, tolerances
-from ._data import leaf, randn
+from ._compare import expect_close, expect_like, expect_tuple, fmt_shape, tolerances
+from ._data import randn
 from ._dropout import expect_dropout_of, is_unchanged
-from ._modules import backward_both, build_pair, compare_param_grads
-from ._report import Report
-from ._runner import (
-    TRIVIAL,
-    Case,
-    CaseFailed,
-    call_student,
-    class_problem,
-    run_cases,
-    single_failure,
-)
+from ._modules import ModulePair, build_pair
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 
 # ---------------------------------------------------------------- shared: dropout, weights
 
@@ -259,26 +250,19 @@ _ENCODER_ATTRIBUTES = ("self_attn", "ffn", "norm1", "norm2", "norm_first")
 
 def _encoder_case(candidate, init: dict, x, mask=None, grad=False, train=False):
     def run():
-        student, reference = build_pair(candidate, ref.EncoderLayer, kwargs=init)
-        student.train(train)
-        reference.train(train)
-        mine, theirs = (leaf(x), leaf(x)) if grad else (x, x)
-        expected = reference(theirs, mask)
-        kwargs = {} if mask is None else {"mask": mask}
-        got = call_student(
-            student,
-            mine,
+        pair = ModulePair(candidate, ref.EncoderLayer, init=init, train=train)
+        got, expected = pair.call(
+            x,
+            mask=mask,
             what="layer(x" + (", mask)" if mask is not None else ")"),
             arg_names=("x",),
-            **kwargs,
+            grad=grad,
         )
         with torch.no_grad():
-            variants = _encoder_variants(reference, x, mask, init.get("norm_first", False))
+            variants = _encoder_variants(pair.reference, x, mask, init.get("norm_first", False))
         expect_close(got, expected, "the output", mistakes=variants)
         if grad:
-            backward_both(got, expected)
-            compare_param_grads(student, reference, "EncoderLayer")
-            expect_grad(mine.grad, theirs.grad, "`x`")
+            pair.expect_grads(got, expected, ("`x`",))
 
     return run
 
@@ -329,15 +313,12 @@ def _encoder_attention_case(candidate, init: dict, x, mask=None):
     """``return_attention=True`` returns ``(x, weights (B, H, T, T))``."""
 
     def run():
-        student, reference = build_pair(candidate, ref.EncoderLayer, kwargs=init)
-        student.eval()
-        reference.eval()
-        expected_x, expected_w = reference(x, mask, return_attention=True)
-        kwargs = (
-            {"return_attention": True} if mask is None else {"mask": mask, "return_attention": True}
-        )
+        pair = ModulePair(candidate, ref.EncoderLayer, init=init, train=False)
+        reference = pair.reference
         what = "layer(x" + (", mask" if mask is not None else "") + ", return_attention=True)"
-        got = call_student(student, x, what=what, arg_names=("x",), **kwargs)
+        got, (expected_x, expected_w) = pair.call(
+            x, mask=mask, return_attention=True, what=what, arg_names=("x",)
+        )
         if isinstance(got, torch.Tensor):
             raise CaseFailed(
                 f"{what} returned a single tensor of shape {fmt_shape(got.shape)}: with "
@@ -372,13 +353,10 @@ def _attributes_case(candidate, reference_cls, names, init):
     return run
 
 
-def check_encoder_layer(candidate, *, timeout: float = 10.0) -> Report:
+@checker("encoder_layer", "EncoderLayer")
+def check_encoder_layer(candidate) -> list[Case]:
     """Check the class ``EncoderLayer(d_model, num_heads, d_ff, dropout=0.1,
     norm_first=False)``."""
-    target = "encoder_layer"
-    problem = class_problem(candidate, target, "EncoderLayer")
-    if problem:
-        return single_failure(target, "is an nn.Module class", problem)
     B, T, D = 2, 5, 8
     x = randn(B, T, D, seed=151)
     post = {"d_model": D, "num_heads": 2, "d_ff": 16, "dropout": 0.0}
@@ -389,7 +367,7 @@ def check_encoder_layer(candidate, *, timeout: float = 10.0) -> Report:
     big_post = {"d_model": 16, "num_heads": 2, "d_ff": 32, "dropout": 0.3}
     big_pre = {**big_post, "norm_first": True}
     big_padding = (torch.arange(8) < torch.tensor([8, 5, 8, 6])[:, None])[:, None, None, :]
-    cases = [
+    return [
         Case(
             "attributes (self_attn, ffn, norm1, norm2, norm_first)",
             _attributes_case(candidate, ref.EncoderLayer, _ENCODER_ATTRIBUTES, pre),
@@ -467,7 +445,6 @@ def check_encoder_layer(candidate, *, timeout: float = 10.0) -> Report:
             covers=_covers("grad", "mask", "mode=train", "norm_first", "norm_first=True x grad"),
         ),
     ]
-    return run_cases(target, cases, timeout)
 
 
 # ---------------------------------------------------------------- DecoderLayer
@@ -585,37 +562,25 @@ def _decoder_case(
     candidate, init, x, memory, tgt_mask=None, memory_mask=None, grad=False, train=False
 ):
     def run():
-        student, reference = build_pair(candidate, ref.DecoderLayer, kwargs=init)
-        student.train(train)
-        reference.train(train)
-        if grad:
-            mine, theirs = (leaf(x), leaf(memory)), (leaf(x), leaf(memory))
-        else:
-            mine = theirs = (x, memory)
-        expected = reference(*theirs, tgt_mask=tgt_mask, memory_mask=memory_mask)
-        kwargs = {}
-        if tgt_mask is not None:
-            kwargs["tgt_mask"] = tgt_mask
-        if memory_mask is not None:
-            kwargs["memory_mask"] = memory_mask
-        got = call_student(
-            student,
-            *mine,
-            what="layer(x, memory" + "".join(f", {k}=..." for k in kwargs) + ")",
+        pair = ModulePair(candidate, ref.DecoderLayer, init=init, train=train)
+        masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
+        given = "".join(f", {k}=..." for k, v in masks.items() if v is not None)
+        got, expected = pair.call(
+            x,
+            memory,
+            what=f"layer(x, memory{given})",
             arg_names=("x", "memory"),
+            grad=grad,
             error_hint=_DECODER_ERROR_HINT,
-            **kwargs,
+            **masks,
         )
         with torch.no_grad():
             variants = _decoder_variants(
-                reference, x, memory, tgt_mask, memory_mask, init.get("norm_first", False)
+                pair.reference, x, memory, tgt_mask, memory_mask, init.get("norm_first", False)
             )
         expect_close(got, expected, "the output", mistakes=variants)
         if grad:
-            backward_both(got, expected)
-            compare_param_grads(student, reference, "DecoderLayer")
-            expect_grad(mine[0].grad, theirs[0].grad, "`x`")
-            expect_grad(mine[1].grad, theirs[1].grad, "`memory`")
+            pair.expect_grads(got, expected, ("`x`", "`memory`"))
 
     return run
 
@@ -687,28 +652,13 @@ def _decoder_attention_case(candidate, init: dict, x, memory, tgt_mask=None, mem
     """``return_attention=True`` returns ``(x, {"self": (B, H, T, T), "cross": (B, H, T, S)})``."""
 
     def run():
-        student, reference = build_pair(candidate, ref.DecoderLayer, kwargs=init)
-        student.eval()
-        reference.eval()
-        expected_x, expected_w = reference(
-            x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask, return_attention=True
-        )
-        kwargs = {}
-        if tgt_mask is not None:
-            kwargs["tgt_mask"] = tgt_mask
-        if memory_mask is not None:
-            kwargs["memory_mask"] = memory_mask
-        what = (
-            "layer(x, memory" + "".join(f", {k}=..." for k in kwargs) + ", return_attention=True)"
-        )
-        got = call_student(
-            student,
-            x,
-            memory,
-            what=what,
-            arg_names=("x", "memory"),
-            return_attention=True,
-            **kwargs,
+        pair = ModulePair(candidate, ref.DecoderLayer, init=init, train=False)
+        reference = pair.reference
+        masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
+        given = "".join(f", {k}=..." for k, v in masks.items() if v is not None)
+        what = f"layer(x, memory{given}, return_attention=True)"
+        got, (expected_x, expected_w) = pair.call(
+            x, memory, what=what, arg_names=("x", "memory"), return_attention=True, **masks
         )
         if isinstance(got, torch.Tensor):
             raise CaseFailed(
@@ -742,13 +692,10 @@ def _decoder_attention_case(candidate, init: dict, x, memory, tgt_mask=None, mem
 _DECODER_ATTRIBUTES = ("self_attn", "cross_attn", "ffn", "norm1", "norm2", "norm3", "norm_first")
 
 
-def check_decoder_layer(candidate, *, timeout: float = 10.0) -> Report:
+@checker("decoder_layer", "DecoderLayer")
+def check_decoder_layer(candidate) -> list[Case]:
     """Check the class ``DecoderLayer(d_model, num_heads, d_ff, dropout=0.1,
     norm_first=False)``."""
-    target = "decoder_layer"
-    problem = class_problem(candidate, target, "DecoderLayer")
-    if problem:
-        return single_failure(target, "is an nn.Module class", problem)
     B, T, S, D = 2, 4, 6, 8
     x, memory = randn(B, T, D, seed=161), randn(B, S, D, seed=162)
     post = {"d_model": D, "num_heads": 2, "d_ff": 16, "dropout": 0.0}
@@ -763,7 +710,7 @@ def check_decoder_layer(candidate, *, timeout: float = 10.0) -> Report:
     big_memory_padding = (torch.arange(10) < torch.tensor([10, 7, 9, 10])[:, None])[
         :, None, None, :
     ]  # (B, 1, 1, S)
-    cases = [
+    return [
         Case(
             "attributes (self_attn, cross_attn, ffn, norm1..3, norm_first)",
             _attributes_case(candidate, ref.DecoderLayer, _DECODER_ATTRIBUTES, pre),
@@ -872,4 +819,3 @@ def check_decoder_layer(candidate, *, timeout: float = 10.0) -> Report:
             ),
         ),
     ]
-    return run_cases(target, cases, timeout)

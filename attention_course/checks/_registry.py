@@ -1,0 +1,53 @@
+"""The one list of checkers: what ``checks.CHECKERS``, the grader and the tests read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .attention import (
+    check_additive_attention,
+    check_scaled_dot_product_attention,
+    check_set_attention,
+    check_soft_argmax,
+)
+from .ffn import check_positionwise_feed_forward
+from .masking import check_causal_mask, check_padding_mask
+from .multihead import check_merge_heads, check_multi_head_attention, check_split_heads
+from .norms import check_batch_norm, check_layer_norm
+from .positional import check_sinusoidal_positional_encoding
+from .sampling import check_filter_logits
+from .transformer import check_decoder_layer, check_encoder_layer
+
+
+@dataclass(frozen=True)
+class Checker:
+    """One checker: its target key, the function, and the exercise notebook that uses it."""
+
+    target: str  # the key of ``CHECKERS``, e.g. "additive_attention"
+    check: Callable  # ``check_<target>(candidate, *, timeout=...)``
+    exercise: str | None  # the exercise notebook that grades it, None where none does yet
+
+
+# The checkers by the exercise notebook (exercises/NN_name.ipynb) whose tasks use them.
+_BY_EXERCISE: dict[str | None, tuple[Callable, ...]] = {
+    "01_attention_over_sets": (check_soft_argmax, check_set_attention),
+    "03_additive_attention": (check_additive_attention,),
+    "04_scaled_dot_product": (check_scaled_dot_product_attention,),
+    "05_masking": (check_causal_mask, check_padding_mask),
+    "06_multi_head_attention": (check_split_heads, check_merge_heads, check_multi_head_attention),
+    "07_layernorm_batchnorm": (check_layer_norm, check_batch_norm),
+    "08_feed_forward": (check_positionwise_feed_forward,),
+    "09_positional_encoding": (check_sinusoidal_positional_encoding,),
+    "10_transformer": (check_encoder_layer, check_decoder_layer),
+    None: (check_filter_logits,),  # Part V: no exercise notebook yet
+}
+
+REGISTRY: tuple[Checker, ...] = tuple(
+    Checker(check.__name__.removeprefix("check_"), check, exercise)
+    for exercise, checks in _BY_EXERCISE.items()
+    for check in checks
+)
+
+CHECKERS: dict[str, Callable] = {c.target: c.check for c in REGISTRY}
+"""Every checker by target name, e.g. ``CHECKERS["soft_argmax"]``."""

@@ -1,0 +1,356 @@
+"""Checkers for the exercises' computed questions: the student writes a small function
+(or picks a number) that no chapter checker grades, and these cases run it.
+
+Each ``<name>_cases(candidate)`` builds the cases; ``check_<name>(candidate, *, timeout)``
+runs them like any checker. The quiz reaches them through
+``check_quiz("02.dot_product_attention", fn)`` (see :mod:`attention_course.quiz`), whose
+question bank names the cases by ``<name>``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from ._answers import answer_name, is_number, kind, plain, show
+from ._compare import expect_close, expect_grad, expect_tuple, fmt_shape
+from ._runner import Case, CaseFailed, call_student, checker, describe_exception
+
+
+def _as_number(value: object, what: str) -> float:
+    try:
+        value = plain(value)
+    except Exception as error:  # noqa: BLE001 - an unreadable answer is the answer's fault
+        raise CaseFailed(
+            f"{what} returned a {type(value).__name__} that is not a number "
+            f"({type(error).__name__}: {error})"
+        ) from None
+    if not is_number(value):
+        raise CaseFailed(f"{what} returned {kind(value)}: expected a number")
+    if isinstance(value, int) and abs(value) > 1e300 or not math.isfinite(value):
+        raise CaseFailed(f"{what} returned {show(value)}: expected a finite number")
+    return float(value)
+
+
+def _digits(value: float, bound: float) -> str:
+    """``value`` with enough digits that it does not print as ``bound``: 0.09987, not 0.100."""
+    for places in range(3, 10):
+        text = f"{value:.{places}f}"
+        if value == bound or float(text) != bound:
+            return text
+    return repr(value)
+
+
+# ---------------------------------------------------------------- chapter 1: tune beta
+
+# Three tokens on the unit circle: token 1 is a near-twin of token 0.
+BETA_TOKENS = ((1.0, 0.0), (0.8, 0.6), (0.0, 1.0))
+
+
+def chosen_beta_cases(candidate: Callable) -> list[Case]:
+    """Cases for a function returning a ``beta`` for chapter 1's three tokens."""
+    from attention_course.attention import set_attention
+
+    X = torch.tensor(BETA_TOKENS, dtype=torch.float64)
+    found: dict[str, torch.Tensor] = {}
+
+    def weights() -> torch.Tensor:
+        if "A" not in found:
+            what = f"{answer_name(candidate)}()"
+            beta = _as_number(call_student(candidate, what=what), what)
+            if beta <= 0:
+                raise CaseFailed(f"{what} returned {beta:g}: beta must be positive")
+            found["beta"] = beta
+            found["A"] = set_attention(X, beta=beta)[1]
+        return found["A"]
+
+    def self_weight() -> str:
+        A = weights()
+        diagonal = A.diagonal()
+        if bool((diagonal < 0.7).any()):
+            worst = int(diagonal.argmin())
+            raise CaseFailed(
+                f"with beta={found['beta']:g} token {worst} keeps only "
+                f"{_digits(diagonal[worst].item(), 0.7)} of its weight for itself "
+                "(needs >= 0.7): a larger beta sharpens the weights"
+            )
+        return f"self-weights {[round(v, 3) for v in diagonal.tolist()]}"
+
+    def twin_weight() -> str:
+        A = weights()
+        if A[0, 1].item() < 0.1:
+            raise CaseFailed(
+                f"with beta={found['beta']:g} token 0 gives only {_digits(A[0, 1].item(), 0.1)} "
+                "to its near-twin token 1 (needs >= 0.1): beta is so large that attention "
+                "is almost hard; make it smaller"
+            )
+        return f"token 0 -> token 1: {A[0, 1].item():.3f}"
+
+    return [
+        Case("every token keeps >= 70% for itself", self_weight),
+        Case("token 0 still gives >= 10% to token 1", twin_weight),
+    ]
+
+
+# ---------------------------------------------------------------- chapter 2: dot-product attention
+
+
+def _inputs(*shapes: tuple[int, ...], seed: int, dtype: torch.dtype) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype) for shape in shapes]
+
+
+def _backward(got: torch.Tensor, expected: torch.Tensor, name: str, seed: int) -> None:
+    """Backpropagate the same random upstream gradient through the student's and the
+    reference's ``name``; fail, naming the likely cause, when no graph is attached."""
+    gen = torch.Generator().manual_seed(seed)
+    upstream = torch.randn(expected.shape, generator=gen, dtype=torch.float64)
+    expected.backward(upstream.to(expected.dtype))
+    if not got.requires_grad:
+        raise CaseFailed(
+            f"{name} does not require grad, so no gradient can flow back to the inputs: "
+            "it was computed under `torch.no_grad()` (or through `.detach()`, `.data`, "
+            "`.item()` or `.numpy()`); compute it with tensor operations that autograd follows"
+        )
+    try:
+        got.backward(upstream.to(got.dtype))
+    except Exception as error:  # noqa: BLE001 - a broken graph is the student's, not ours
+        raise CaseFailed(
+            describe_exception(error, f"backpropagating through your {name}")
+        ) from None
+
+
+def _expect_close(got: object, expected: torch.Tensor, name: str, **options) -> None:
+    """`expect_close`, with a student's output that cannot even be compared (a tensor on
+    the ``meta`` device, say) turned into a failed case rather than a checker failure."""
+    try:
+        expect_close(got, expected, name, **options)
+    except CaseFailed:
+        raise
+    except Exception as error:  # noqa: BLE001 - the output is the student's
+        raise CaseFailed(
+            f"{name}: cannot be compared with the expected values ({type(error).__name__}: {error})"
+        ) from None
+
+
+DTYPE_HINT = (
+    "keep the inputs' dtype: build new tensors with `dtype=x.dtype` (the checker uses "
+    "float64 and float32 inputs)"
+)
+
+
+def dot_product_attention_cases(candidate: Callable) -> list[Case]:
+    """Cases for ``dot_product_attention(query, key, value) -> (output, weights)`` (unscaled)."""
+    from attention_course.attention import scaled_dot_product_attention
+
+    def run_with(
+        shapes: tuple[tuple[int, ...], ...], seed: int, dtype=torch.float64, grad: bool = False
+    ) -> Callable[[], None]:
+        def run() -> None:
+            q, k, v = _inputs(*shapes, seed=seed, dtype=dtype)
+            mine = [t.clone().requires_grad_(grad) for t in (q, k, v)]
+            theirs = [t.clone().requires_grad_(grad) for t in (q, k, v)]
+            want_out, want_w = scaled_dot_product_attention(*theirs, scale=1.0)
+            names = ("query", "key", "value")
+            shown = ", ".join(f"{n} {fmt_shape(t.shape)}" for n, t in zip(names, (q, k, v)))
+            call = f"dot_product_attention({shown})"
+            hint = None
+            if q.dim() > 2:
+                hint = (
+                    "with batch axes, transpose only the last two axes of the keys, "
+                    "`query @ key.transpose(-2, -1)`: `key.T` reverses every axis"
+                )
+            result = call_student(candidate, *mine, what=call, arg_names=names, error_hint=hint)
+            output, weights = expect_tuple(result, 2, call, ("output", "weights"))
+            scores = q @ k.transpose(-2, -1)  # (..., T, Dk) @ (..., Dk, S) -> (..., T, S)
+            _expect_close(
+                weights,
+                want_w,
+                "weights",
+                dtype_hint=DTYPE_HINT,
+                mistakes=[
+                    (
+                        "you returned (weights, output): return (output, weights), in that order",
+                        lambda: want_out,
+                    ),
+                    (
+                        "your weights are scaled by 1/sqrt(d_k): that is chapter 4's "
+                        "attention; here the scores are the plain dot products q . k",
+                        lambda: scaled_dot_product_attention(q, k, v)[1],
+                    ),
+                    (
+                        "softmax over the wrong axis: your weights sum to 1 over the queries "
+                        "(dim=-2); take the softmax over the last axis, the keys",
+                        lambda: torch.softmax(scores, dim=-2),
+                    ),
+                    (
+                        "no softmax: your weights are the raw scores q . k; a softmax over "
+                        "the keys turns them into weights that sum to 1",
+                        lambda: scores,
+                    ),
+                    (
+                        "transposed keys: you computed key @ query^T, one row per key; the "
+                        "scores are query @ key^T, one row per query",
+                        lambda: torch.softmax(k @ q.transpose(-2, -1), dim=-1),
+                    ),
+                ],
+            )
+            w = want_w.detach()
+            _expect_close(
+                output,
+                want_out,
+                "output",
+                dtype_hint=DTYPE_HINT,
+                mistakes=[
+                    (
+                        "the output averages the scores' rows, not the weights': "
+                        "output = weights @ value",
+                        lambda: scores @ v,
+                    ),
+                    (
+                        "you averaged the keys, not the values: output = weights @ value",
+                        lambda: w @ k,
+                    ),
+                    ("you returned the queries unchanged: output = weights @ value", lambda: q),
+                ],
+            )
+            if grad:
+                _backward(output, want_out, "output", seed + 1)
+                for name, a, b in zip(("`query`", "`key`", "`value`"), mine, theirs):
+                    expect_grad(a.grad, b.grad, name)
+
+        return run
+
+    return [
+        Case("one query set (no batch axis), T == S", run_with(((4, 3), (4, 3), (4, 3)), 1)),
+        Case("batched, T != S, Dk != Dv", run_with(((2, 3, 4), (2, 5, 4), (2, 5, 6)), 2)),
+        Case("two batch axes, T = 1", run_with(((2, 2, 1, 4), (2, 2, 5, 4), (2, 2, 5, 3)), 3)),
+        Case(
+            "float32 inputs give float32 results",
+            run_with(((2, 3, 4), (2, 5, 4), (2, 5, 3)), 4, dtype=torch.float32),
+        ),
+        Case(
+            "gradients flow to query, key and value",
+            run_with(((2, 3, 4), (2, 5, 4), (2, 5, 6)), 5, grad=True),
+        ),
+    ]
+
+
+# ---------------------------------------------------------------- chapter 11: pooling
+
+
+def masked_mean_pool_cases(candidate: Callable) -> list[Case]:
+    """Cases for ``masked_mean_pool(x, mask) -> pooled``, compared with the classifier's."""
+    from attention_course.classifier import masked_mean_pool
+    from attention_course.masking import padding_mask
+
+    def run_with(
+        lengths: list[int], T: int, seed: int, dtype=torch.float64, grad: bool = False
+    ) -> Callable[[], str]:
+        def run() -> str:
+            (x,) = _inputs((len(lengths), T, 4), seed=seed, dtype=dtype)
+            mask = padding_mask(torch.tensor(lengths), max_len=T)  # (B, T), True at real tokens
+            mine, theirs = x.clone().requires_grad_(grad), x.clone().requires_grad_(grad)
+            want = masked_mean_pool(theirs, mask)
+            call = f"masked_mean_pool(x {fmt_shape(x.shape)}, mask {fmt_shape(mask.shape)})"
+            got = call_student(candidate, mine, mask, what=call, arg_names=("x", "mask"))
+            keep = mask.to(x.dtype).unsqueeze(-1)  # (B, T) -> (B, T, 1)
+            count = keep.sum(dim=1)  # (B, 1) real tokens per sequence
+            full = bool(mask.all())
+
+            def eps_hint(g: torch.Tensor) -> str | None:
+                """An epsilon added to the count: got = sum / (count + eps)."""
+                g, w = g.to(torch.float64), want.detach().to(torch.float64)
+                if g.shape != w.shape:
+                    return None
+                sel = (w.abs() > 1e-3) & (g.abs() > 1e-12)
+                eps = ((w / g.where(sel, torch.ones_like(g)) - 1) * count)[sel]
+                if eps.numel() == 0 or float(eps.min()) <= 0 or float(eps.max()) > 1:
+                    return None
+                if float(eps.max() - eps.min()) > 1e-3 * float(eps.max()):
+                    return None
+                return (
+                    f"you divide by (count + {float(eps.mean()):.0e}): an epsilon in the "
+                    "denominator changes every mean; to avoid 0 / 0 for a sequence with no "
+                    "real token use `count.clamp(min=1)` instead"
+                )
+
+            _expect_close(
+                got,
+                want,
+                "the pooled vectors",
+                dtype_hint=DTYPE_HINT,
+                hints=[eps_hint],
+                mistakes=[
+                    (
+                        "you averaged over every position, padding included (`x.mean(dim=1)`): "
+                        "multiply by the mask and divide by the number of real tokens",
+                        lambda: x.mean(dim=1),
+                    ),
+                    (
+                        "you zeroed the padding but divided by T: divide by the number of "
+                        "real tokens in each sequence",
+                        lambda: (x * keep).sum(dim=1) / T,
+                    ),
+                    (
+                        "you divided by the number of real tokens but summed the padding "
+                        "too: multiply x by the mask before summing",
+                        lambda: x.sum(dim=1) / count.clamp(min=1.0),
+                    ),
+                    (
+                        "you summed the real tokens but did not divide by their number",
+                        lambda: (x * keep).sum(dim=1),
+                    ),
+                    (
+                        "a sequence with no real token divides 0 by 0: clamp the count to "
+                        "at least 1, so that it gives zeros",
+                        lambda: (x * keep).sum(dim=1) / count,
+                    ),
+                    (
+                        "your mask is inverted: True marks the real tokens, so average where "
+                        "the mask is True"
+                        + (" (here every token is real, and you returned zeros)" if full else ""),
+                        lambda: masked_mean_pool(x, ~mask),
+                    ),
+                    (
+                        "`keepdim=True` left a time axis of size 1: return (B, D)",
+                        lambda: want.detach().unsqueeze(1),
+                    ),
+                    (
+                        "you averaged over the features (the last axis); average over the "
+                        "tokens, dim=1",
+                        lambda: x.mean(dim=-1),
+                    ),
+                ],
+            )
+            if grad:
+                _backward(got, want, "pooled output", seed + 1)
+                expect_grad(mine.grad, theirs.grad, "`x`")
+            return ""
+
+        return run
+
+    return [
+        Case("no padding", run_with([5, 5], 5, 1)),
+        Case("different lengths", run_with([5, 2, 3], 5, 2)),
+        Case("a sequence with no real token gives zeros", run_with([3, 0], 4, 3)),
+        Case("one sequence of one token", run_with([1], 1, 4)),
+        Case("float32 x gives a float32 result", run_with([4, 1, 3], 4, 5, dtype=torch.float32)),
+        Case("gradient flows to x (and not to padding)", run_with([4, 2], 4, 6, grad=True)),
+    ]
+
+
+CASES: dict[str, Callable[[Callable], list[Case]]] = {
+    "chosen_beta": chosen_beta_cases,
+    "dot_product_attention": dot_product_attention_cases,
+    "masked_mean_pool": masked_mean_pool_cases,
+}
+"""The computed questions' cases by name, as the question bank names them."""
+
+
+# ``check_<name>(candidate, *, timeout=10.0) -> Report``, like the chapter checkers.
+check_chosen_beta = checker("chosen_beta")(chosen_beta_cases)
+check_dot_product_attention = checker("dot_product_attention")(dot_product_attention_cases)
+check_masked_mean_pool = checker("masked_mean_pool")(masked_mean_pool_cases)

@@ -43,6 +43,7 @@ REFERENCES = {
     "decoder_layer": ac.DecoderLayer,
     # Part V
     "filter_logits": ac.filter_logits,
+    "causal_self_attention": ac.CausalSelfAttention,
 }
 
 # PyTorch loads its meta-device kernels on their first use (about 3 s, once per process);

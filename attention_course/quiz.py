@@ -221,6 +221,8 @@ class Numbers(Form):
     tolerance: str = "up to float rounding"
 
     def read(self, value: object) -> object:
+        if self.count == 1 and is_number(value):  # one number may come bare: 4.6 is (4.6,)
+            value = (value,)
         if not isinstance(value, tuple) or len(value) != self.count:
             raise WrongForm(f"expected {self.expects}, got {kind(value)}")
         if not all(is_number(v) for v in value):

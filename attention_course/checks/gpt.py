@@ -305,6 +305,76 @@ def _grad_case(candidate, init: dict):
     return run
 
 
+def _first_token_outputs(module, x, scale: float) -> torch.Tensor:
+    """The possible outputs at position 0 when each head's single weight (token 0 sees
+    only itself, with weight 1) is dropped or kept and scaled by ``scale``:
+    ``(2**H, B, D)``, one row per pattern of dropped heads (bit h set: head h kept)."""
+    H, D = module.num_heads, module.d_model
+    B = x.shape[0]
+    v0 = module.w_v(x[:, :1]).reshape(B, H, D // H)  # (B, H, Dh): token 0's values per head
+    outs = []
+    for pattern in range(2**H):
+        kept = torch.tensor([(pattern >> h) & 1 for h in range(H)], dtype=x.dtype)
+        heads = v0 * kept[None, :, None] * scale  # (B, H, Dh)
+        outs.append(module.w_o(heads.reshape(B, D)))
+    return torch.stack(outs)
+
+
+def _expect_first_token_dropout(module, x, first, p: float) -> None:
+    """Token 0 attends only to itself with weight 1, so with dropout on the attention
+    weights each head's weight there is 0 or 1 / (1 - p): the output at position 0 is one
+    of 2**H vectors. Read which heads were dropped in every call, then check the scale
+    and the dropped fraction. ``first`` is ``(draws, B, D)``; an output that fits no
+    pattern is left to the other tests."""
+    H = module.num_heads
+    with torch.no_grad():
+        candidates = {
+            scale_name: _first_token_outputs(module, x, scale)
+            for scale_name, scale in (("right", 1 / (1 - p)), ("unscaled", 1.0), ("1/p", 1 / p))
+        }
+    clean = candidates["unscaled"][-1]  # every head kept, weight 1
+    if all(torch.allclose(f, clean, atol=1e-9, rtol=1e-7) for f in first):
+        raise CaseFailed(
+            "the first token's output is never dropped out: token 0 attends only to "
+            "itself, with weight 1, which dropout on the attention weights zeroes with "
+            f"probability p = {p:g}; dropout belongs on the weights after the softmax "
+            "(dropout on the scores, before the softmax, leaves that weight at 1)"
+        )
+    for scale_name, outs in candidates.items():
+        # (draws, B, 1, D) vs (1, B, 2**H, D): which pattern each call matches
+        close = torch.isclose(
+            first[:, :, None], outs.transpose(0, 1)[None], atol=1e-7, rtol=1e-6
+        ).all(-1)  # (draws, B, 2**H)
+        if not bool(close.any(-1).all()):
+            continue
+        pattern = close.to(torch.int64).argmax(-1)  # (draws, B)
+        kept = torch.stack([(pattern >> h) & 1 for h in range(H)], -1)  # (draws, B, H)
+        dropped = 1.0 - kept.double().mean().item()
+        if scale_name == "unscaled":
+            raise CaseFailed(
+                "some attention weights are dropped but the kept ones are not scaled by "
+                f"1 / (1 - p) = {1 / (1 - p):.4g}: use `F.dropout` or `nn.Dropout` "
+                "(inverted dropout), which rescale the survivors so that the expected "
+                "value is unchanged"
+            )
+        if scale_name == "1/p":
+            raise CaseFailed(
+                "the kept attention weights are scaled by 1 / p instead of 1 / (1 - p): "
+                f"you passed 1 - p as the dropout probability; p = {p:g} is the "
+                "probability of *dropping* a weight, `F.dropout(w, p=self.dropout, "
+                "training=self.training)`"
+            )
+        count = kept.numel()
+        slack = 4 * math.sqrt(p * (1 - p) / count) + 0.02
+        if abs(dropped - p) > slack:
+            raise CaseFailed(
+                f"{dropped:.0%} of the attention weights of token 0 were dropped, "
+                f"expected about p = {p:.0%} (within {slack:.1%} over {count} weights): "
+                "`p` is the probability of dropping a weight, not of keeping it"
+            )
+        return
+
+
 def _dropout_case(candidate, init: dict, draws: int = 200):
     """Training mode with dropout on the attention weights, checked by its properties
     (whatever random numbers the student draws): the output is random; it is not the
@@ -336,7 +406,11 @@ def _dropout_case(candidate, init: dict, draws: int = 200):
                 "(`F.dropout(weights, p=self.dropout, training=self.training)` after the "
                 "softmax)"
             )
+        _expect_first_token_dropout(reference, x, stack[:, :, 0], p)
+        # Dropout on the weights zeroes whole rows at most (all heads dropped, no bias);
+        # dropout on the output zeroes single entries of rows that are otherwise alive.
         zeros = (stack.abs() < 1e-12) & (clean.abs() > 1e-12)
+        zeros &= ~(stack.abs() < 1e-12).all(dim=-1, keepdim=True)
         if bool(zeros.float().mean() > p / 4):
             raise CaseFailed(
                 f"{float(zeros.float().mean()):.0%} of your output entries are exactly 0: "

@@ -150,6 +150,35 @@ class CausalUsesBuiltin(CausalBase):
         return self.w_o(self.merge(out))
 
 
+class CausalUnscaledDropout(CausalBase):
+    """Drops attention weights but does not rescale the kept ones by 1 / (1 - p)."""
+
+    def weights(self, scores):
+        scores = scores.masked_fill(self.hidden(scores.shape[-1], scores.device), float("-inf"))
+        weights = scores.softmax(dim=-1)
+        if self.training and self.dropout > 0:
+            weights = weights * (torch.rand_like(weights) >= self.dropout)
+        return weights
+
+
+class CausalDropoutKeepProbability(CausalBase):
+    """Passes 1 - p to F.dropout, as if p were the probability of keeping."""
+
+    def weights(self, scores):
+        scores = scores.masked_fill(self.hidden(scores.shape[-1], scores.device), float("-inf"))
+        p = 1 - self.dropout if self.dropout > 0 else 0.0
+        return F.dropout(scores.softmax(dim=-1), p=p, training=self.training)
+
+
+class CausalDropoutOnScores(CausalBase):
+    """Applies dropout to the scores, before the mask and the softmax."""
+
+    def weights(self, scores):
+        scores = F.dropout(scores, p=self.dropout, training=self.training)
+        scores = scores.masked_fill(self.hidden(scores.shape[-1], scores.device), float("-inf"))
+        return scores.softmax(dim=-1)
+
+
 CATALOGUE = [
     ("causal_self_attention", "no causal mask", CausalNoMask, "no causal mask"),
     (
@@ -181,6 +210,24 @@ CATALOGUE = [
         "dropout is applied to the output",
     ),
     ("causal_self_attention", "dropout in eval", CausalDropoutInEval, "in eval mode"),
+    (
+        "causal_self_attention",
+        "dropout not rescaled",
+        CausalUnscaledDropout,
+        "not scaled by 1 / (1 - p)",
+    ),
+    (
+        "causal_self_attention",
+        "dropout p as keep probability",
+        CausalDropoutKeepProbability,
+        "scaled by 1 / p instead of 1 / (1 - p)",
+    ),
+    (
+        "causal_self_attention",
+        "dropout on the scores",
+        CausalDropoutOnScores,
+        "first token's output is never dropped out",
+    ),
     ("causal_self_attention", "bias ignored", CausalIgnoresBias, "biases are not used"),
     (
         "causal_self_attention",

@@ -179,6 +179,31 @@ class CausalDropoutOnScores(CausalBase):
         return scores.softmax(dim=-1)
 
 
+class CausalDropoutOnValues(CausalBase):
+    """Applies dropout to the values w_v(x) instead of the attention weights."""
+
+    def weights(self, scores):
+        scores = scores.masked_fill(self.hidden(scores.shape[-1], scores.device), float("-inf"))
+        return scores.softmax(dim=-1)
+
+    def forward(self, x):
+        q, k = self.split(self.w_q(x)), self.split(self.w_k(x))
+        v = self.split(F.dropout(self.w_v(x), p=self.dropout, training=self.training))
+        weights = self.weights(q @ k.transpose(-2, -1) * self.scale())
+        return self.w_o(self.merge(weights @ v))
+
+
+class CausalDropoutOnMergedHeads(CausalBase):
+    """Applies dropout to the merged heads, before w_o, instead of the attention weights."""
+
+    def weights(self, scores):
+        scores = scores.masked_fill(self.hidden(scores.shape[-1], scores.device), float("-inf"))
+        return scores.softmax(dim=-1)
+
+    def merge(self, t):
+        return F.dropout(super().merge(t), p=self.dropout, training=self.training)
+
+
 CATALOGUE = [
     ("causal_self_attention", "no causal mask", CausalNoMask, "no causal mask"),
     (
@@ -227,6 +252,18 @@ CATALOGUE = [
         "dropout on the scores",
         CausalDropoutOnScores,
         "first token's output is never dropped out",
+    ),
+    (
+        "causal_self_attention",
+        "dropout on the values",
+        CausalDropoutOnValues,
+        "dropout is applied somewhere other than the attention weights",
+    ),
+    (
+        "causal_self_attention",
+        "dropout on the merged heads",
+        CausalDropoutOnMergedHeads,
+        "dropout is applied somewhere other than the attention weights",
     ),
     ("causal_self_attention", "bias ignored", CausalIgnoresBias, "biases are not used"),
     (

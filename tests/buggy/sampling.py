@@ -187,8 +187,22 @@ def filter_logits_kth_smallest(logits, top_k=None, top_p=None):
     return _top_p(out, top_p) if top_p is not None else out
 
 
+def filter_logits_fills_minus_1e9(logits, top_k=None, top_p=None):
+    """Fills the dropped logits with -1e9 instead of -inf."""
+    out = filter_logits_kth_largest_reference(logits, top_k, top_p)
+    return out.masked_fill(out == float("-inf"), -1e9)
+
+
+def filter_logits_kth_largest_reference(logits, top_k=None, top_p=None):
+    """A correct filter (used by the buggy ones above)."""
+    _check(top_k, top_p)
+    out = _top_k(logits, top_k) if top_k is not None else logits.clone()
+    return _top_p(out, top_p) if top_p is not None else out
+
+
 CATALOGUE = [
     ("filter_logits", "keeps k + 1", filter_logits_keeps_k_plus_one, "keeps k + 1"),
+    ("filter_logits", "fills -1e9", filter_logits_fills_minus_1e9, "you filled them with -1e+09"),
     ("filter_logits", "ties dropped by >", filter_logits_ties_strict, "the k-th largest, not >"),
     ("filter_logits", "dim=1 on (B, T, V)", filter_logits_dim_one, "works along the wrong axis"),
     (

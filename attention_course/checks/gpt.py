@@ -41,6 +41,20 @@ MERGE_NO_TRANSPOSE = (
     "heads merged without a transpose: reshaping (B, H, T, Dh) straight to (B, T, D) "
     "mixes tokens; `.transpose(1, 2)` to (B, T, H, Dh) first, then reshape"
 )
+SPLIT_INTERLEAVED = (
+    "heads split interleaved: `view(B, T, Dh, H)` gives head h the features h, h + H, "
+    "h + 2H, ...; each head is a contiguous block of Dh features: view as (B, T, H, Dh), "
+    "then `.transpose(1, 2)`"
+)
+VALUES_FROM_W_K = "the values are projected with w_k: v = self.w_v(x)"
+BIAS_NOT_BUILT = (
+    "with bias=True your layers have no bias: build `nn.Linear(d_model, d_model, "
+    "bias=bias)`, passing the constructor's bias on"
+)
+MERGE_MIXES_TOKENS = (
+    "or your head merge mixes tokens: reshaping (B, H, T, Dh) to (B, T, D) without "
+    "`.transpose(1, 2)` moves later tokens into earlier rows"
+)
 SPLIT_NO_TRANSPOSE = (
     "heads split without a transpose: reshaping (B, T, D) straight to (B, H, T, Dh) mixes "
     "the features of different tokens; view as (B, T, H, Dh), then `.transpose(1, 2)`"
@@ -90,6 +104,7 @@ def _variant(
     out_proj=True,
     dim=-1,
     bias=True,
+    values="w_v",
 ):
     """Causal self-attention with ``module``'s weights and one mistake switched on."""
     B, T, D = x.shape
@@ -102,9 +117,12 @@ def _variant(
     def split_(t):
         if split == "no-transpose":
             return t.reshape(B, H, T, Dh)
+        if split == "interleaved":
+            return t.reshape(B, T, Dh, H).permute(0, 3, 1, 2)
         return t.reshape(B, T, H, Dh).transpose(1, 2)
 
-    q, k, v = (split_(linear(layer, x)) for layer in (module.w_q, module.w_k, module.w_v))
+    value_layer = module.w_k if values == "w_k" else module.w_v
+    q, k, v = (split_(linear(layer, x)) for layer in (module.w_q, module.w_k, value_layer))
     factor = {"d_head": 1 / math.sqrt(Dh), "d_model": 1 / math.sqrt(D), "none": 1.0}[scale]
     scores = q @ k.transpose(-2, -1) * factor
     i = torch.arange(T).reshape(T, 1)
@@ -123,6 +141,8 @@ def _variant(
     heads = weights @ v  # (B, H, T, Dh)
     if merge == "no-transpose":
         out = heads.reshape(B, T, D)
+    elif merge == "interleaved":
+        out = heads.permute(0, 2, 3, 1).reshape(B, T, D)
     else:
         out = heads.transpose(1, 2).reshape(B, T, D)
     return linear(module.w_o, out) if out_proj else out
@@ -148,11 +168,17 @@ def _mistakes(module, x):
                 SPLIT_NO_TRANSPOSE + " (and merged back the same way)",
                 v(split="no-transpose", merge="no-transpose"),
             ),
+            (
+                SPLIT_INTERLEAVED + " (and merged back the same way)",
+                v(split="interleaved", merge="interleaved"),
+            ),
+            (SPLIT_INTERLEAVED, v(split="interleaved")),
         ]
     mistakes += [
         (NO_SCALE, v(scale="none")),
         (NO_OUT_PROJ, v(out_proj=False)),
         (SOFTMAX_DIM, v(dim=-2)),
+        (VALUES_FROM_W_K, v(values="w_k")),
     ]
     if module.w_q.bias is not None:
         mistakes.append((NO_BIAS, v(bias=False)))
@@ -225,11 +251,37 @@ def _expect_no_nan(got, name: str) -> None:
         raise CaseFailed(message)
 
 
+def _build(candidate, init: dict):
+    """:func:`build_pair`, naming layers built without the bias that ``bias=True`` asks for."""
+    try:
+        return build_pair(candidate, ref.CausalSelfAttention, kwargs=init)
+    except CaseFailed as error:
+        text = str(error)
+        if init.get("bias") and "missing:" in text and ".bias" in text:
+            raise CaseFailed(f"{text}\nLikely mistake: {BIAS_NOT_BUILT}.") from None
+        raise
+
+
+def _single_token_hint(shape):
+    """At T = 1 a token attends only to itself, with weight 1: the output is w_o(w_v(x))."""
+
+    def hint(got) -> str | None:
+        if shape[1] != 1:
+            return None
+        return (
+            "with T = 1 each token attends only to itself, with weight 1, so the output is "
+            "w_o(w_v(x)) whatever the mask and the scaling: check the value projection "
+            "(and the output projection)"
+        )
+
+    return hint
+
+
 def _compare_case(candidate, init: dict, shape, *, seed: int, train: bool = False):
     """The student's output equals the reference's on ``x`` of ``shape``."""
 
     def run():
-        student, reference = build_pair(candidate, ref.CausalSelfAttention, kwargs=init)
+        student, reference = _build(candidate, init)
         student.train(train)
         reference.train(train)
         x = randn(*shape, seed=seed)
@@ -251,7 +303,9 @@ def _compare_case(candidate, init: dict, shape, *, seed: int, train: bool = Fals
                 "`F.dropout(weights, p=self.dropout, training=self.training)` (or an "
                 "nn.Dropout module, which follows module.eval())"
             )
-        expect_close(got, expected, "the output", mistakes=mistakes)
+        expect_close(
+            got, expected, "the output", mistakes=mistakes, hints=[_single_token_hint(shape)]
+        )
 
     return run
 
@@ -262,7 +316,7 @@ def _causality_case(candidate, init: dict):
     def run():
         B, T, D = 2, 7, init["d_model"]
         t0 = 3
-        student, _ = build_pair(candidate, ref.CausalSelfAttention, kwargs=init)
+        student, _ = _build(candidate, init)
         student.eval()
         x = randn(B, T, D, seed=121)
         changed = x.clone()
@@ -284,7 +338,8 @@ def _causality_case(candidate, init: dict):
                 + (
                     f"Only position {t0} moved: {MASK_SEES_NEXT}"
                     if sees_next
-                    else "Is the causal mask applied to the scores before the softmax?"
+                    else "Is the causal mask applied to the scores before the softmax? "
+                    f"... {MERGE_MIXES_TOKENS}"
                 )
             )
         if not bool((got[:, t0 + 1 :] - got_changed[:, t0 + 1 :]).abs().amax() > 1e-9):
@@ -298,7 +353,7 @@ def _causality_case(candidate, init: dict):
 
 def _grad_case(candidate, init: dict):
     def run():
-        student, reference = build_pair(candidate, ref.CausalSelfAttention, kwargs=init)
+        student, reference = _build(candidate, init)
         x = randn(2, 5, init["d_model"], seed=131)
         (mine,), (theirs,) = leaves(x)
         expected = reference(theirs)
@@ -400,7 +455,7 @@ def _dropout_case(candidate, init: dict, draws: int = 200):
     p = init["dropout"]
 
     def run():
-        student, reference = build_pair(candidate, ref.CausalSelfAttention, kwargs=init)
+        student, reference = _build(candidate, init)
         reference.eval()
         x = randn(2, 12, init["d_model"], seed=141)
         with torch.no_grad():

@@ -204,6 +204,43 @@ class CausalDropoutOnMergedHeads(CausalBase):
         return F.dropout(super().merge(t), p=self.dropout, training=self.training)
 
 
+class CausalInterleavedHeads(CausalBase):
+    """Splits the heads as view(B, T, Dh, H): head h gets features h, h + H, ..."""
+
+    def split(self, t):
+        B, T, D = t.shape
+        return t.view(B, T, self.d_head, self.num_heads).permute(0, 3, 1, 2)
+
+    def merge(self, t):
+        B, H, T, Dh = t.shape
+        return t.permute(0, 2, 3, 1).reshape(B, T, H * Dh)
+
+
+class CausalValuesFromWk(CausalBase):
+    """Projects the values with w_k."""
+
+    def forward(self, x):
+        q, k, v = self.split(self.w_q(x)), self.split(self.w_k(x)), self.split(self.w_k(x))
+        weights = self.weights(q @ k.transpose(-2, -1) * self.scale())
+        return self.w_o(self.merge(weights @ v))
+
+
+class CausalValuesFromWq(CausalBase):
+    """Projects the values with w_q (no named mistake: the T = 1 hint names the place)."""
+
+    def forward(self, x):
+        q, k, v = self.split(self.w_q(x)), self.split(self.w_k(x)), self.split(self.w_q(x))
+        weights = self.weights(q @ k.transpose(-2, -1) * self.scale())
+        return self.w_o(self.merge(weights @ v))
+
+
+class CausalNoBiasLayers(CausalBase):
+    """Builds the layers with bias=False whatever bias it is given."""
+
+    def __init__(self, d_model, num_heads, bias=False, dropout=0.0):
+        super().__init__(d_model, num_heads, bias=False, dropout=dropout)
+
+
 CATALOGUE = [
     ("causal_self_attention", "no causal mask", CausalNoMask, "no causal mask"),
     (
@@ -266,6 +303,36 @@ CATALOGUE = [
         "dropout is applied somewhere other than the attention weights",
     ),
     ("causal_self_attention", "bias ignored", CausalIgnoresBias, "biases are not used"),
+    (
+        "causal_self_attention",
+        "bias=True builds no bias",
+        CausalNoBiasLayers,
+        "build `nn.Linear(d_model, d_model, bias=bias)`",
+    ),
+    (
+        "causal_self_attention",
+        "interleaved head split",
+        CausalInterleavedHeads,
+        "heads split interleaved: `view(B, T, Dh, H)`",
+    ),
+    (
+        "causal_self_attention",
+        "values from w_k",
+        CausalValuesFromWk,
+        "the values are projected with w_k",
+    ),
+    (
+        "causal_self_attention",
+        "values from w_q",
+        CausalValuesFromWq,
+        "check the value projection",
+    ),
+    (
+        "causal_self_attention",
+        "merge without transpose, causality case",
+        CausalMergeNoTranspose,
+        "or your head merge mixes tokens",
+    ),
     (
         "causal_self_attention",
         "built-in attention",

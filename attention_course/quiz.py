@@ -120,7 +120,11 @@ class Form:
         return got == want
 
     def wrong(self, got: object) -> str:
-        return f"{show(got)} is not the right answer"
+        return f"{self.show(got)} is not the right answer"
+
+    def show(self, got: object) -> str:
+        """``got`` (in normal form) as messages print it."""
+        return show(got)
 
 
 @dataclass(frozen=True)
@@ -221,6 +225,8 @@ class Numbers(Form):
     tolerance: str = "up to float rounding"
 
     def read(self, value: object) -> object:
+        if self.count == 1 and is_number(value):  # one number may come bare: 4.6 is (4.6,)
+            value = (value,)
         if not isinstance(value, tuple) or len(value) != self.count:
             raise WrongForm(f"expected {self.expects}, got {kind(value)}")
         if not all(is_number(v) for v in value):
@@ -236,8 +242,15 @@ class Numbers(Form):
     def same(self, got: object, want: object) -> bool:
         return all(self.close(g, w) for g, w in zip(got, want, strict=True))
 
+    def show(self, got: object) -> str:
+        # one number is printed as a number: 6.6865, not (6.6865,)
+        if self.count == 1 and isinstance(got, tuple) and len(got) == 1:
+            return show(got[0])
+        return show(got)
+
     def wrong(self, got: object) -> str:
-        return f"{show(got)} is not right (each number is accepted {self.tolerance})"
+        each = "it is" if self.count == 1 else "each number is"
+        return f"{self.show(got)} is not right ({each} accepted {self.tolerance})"
 
 
 @dataclass(frozen=True)
@@ -286,15 +299,27 @@ def _fixed_cases(question: Question, candidate: Callable) -> list[Case]:
         try:
             got, problem = form.read(answer), ""
         except WrongForm as error:
-            got, problem = None, str(error)
+            got, problem = None, _name_lists(str(error), raw, answer)
         if got is not None and form.same(got, form.read(decode(question.id, question.answer))):
             return
         for stored, hint in question.hints.items():
             if _is_known(form, answer, got, decode(question.id, stored)):
-                raise CaseFailed(f"{show(answer if got is None else got)} is not right: {hint}")
+                shown = show(answer) if got is None else form.show(got)
+                raise CaseFailed(f"{shown} is not right: {hint}")
         raise CaseFailed(problem or form.wrong(got))
 
     return [Case("answer", run)]
+
+
+def _name_lists(problem: str, raw: object, answer: object) -> str:
+    """``problem`` with a list the student returned called a list: :func:`plain` turns
+    it into a tuple, which the wrong-kind message would otherwise name."""
+    if not isinstance(raw, list) or not isinstance(answer, tuple):
+        return problem
+    text = show(answer)
+    if text.startswith("(") and text.endswith(")"):
+        text = "[" + text[1:-1].removesuffix(",") + "]"
+    return problem.replace(kind(answer), f"a list of {len(raw)}, {text}")
 
 
 def _is_known(form: Form, answer: object, got: object, known: object) -> bool:

@@ -41,6 +41,7 @@ REFERENCES = {
     "decoder_layer": ac.DecoderLayer,
     # Part V
     "filter_logits": ac.filter_logits,
+    "causal_self_attention": ac.CausalSelfAttention,
 }
 
 _GRAD = {"grad"}
@@ -91,6 +92,9 @@ REQUIRED_MODES: dict[str, set[str]] = {
         "bad top_k",
         "bad top_p",
     },
+    "causal_self_attention": _GRAD
+    | _TRAIN_EVAL_DROPOUT
+    | {"causality", "T=1", "odd T", "H=1", "B>1"},
 }
 
 EXEMPT: dict[tuple[str, str], str] = {
@@ -112,6 +116,33 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("decoder_layer", "cache"): (
         "the key/value cache of incremental decoding (chapter 12) is not part of exercise "
         "10's signature"
+    ),
+    ("causal_self_attention", "num_kv_heads"): (
+        "grouped keys and values are chapter 15's (the reference raises NotImplementedError); "
+        "exercise 13 asks for (d_model, num_heads, bias, dropout) only"
+    ),
+    ("causal_self_attention", "pos"): (
+        "rotary / ALiBi positions are chapter 14's (the reference raises NotImplementedError); "
+        "exercise 13 asks for (d_model, num_heads, bias, dropout) only"
+    ),
+    ("causal_self_attention", "window"): (
+        "sliding-window attention is chapter 15's (the reference raises NotImplementedError); "
+        "exercise 13 asks for (d_model, num_heads, bias, dropout) only"
+    ),
+    ("causal_self_attention", "max_len"): (
+        "a bound for the positions of chapter 14; unused by exercise 13's module"
+    ),
+    ("causal_self_attention", "need_weights"): (
+        "exercise 13's forward is forward(x) -> (B, T, D); returning the weights is the package's"
+        " extra for the heatmaps"
+    ),
+    ("causal_self_attention", "cache"): (
+        "the key/value cache of incremental decoding (chapter 12) is not part of exercise 13's "
+        "signature"
+    ),
+    ("causal_self_attention", "mask"): (
+        "a prebuilt mask shared by the layers of a GPT is the package's extra; exercise 13's "
+        "module builds its own causal mask"
     ),
     ("batch_norm", "momentum=None"): (
         "nn.BatchNorm1d's cumulative average; exercise 07 says it is not part of the task"

@@ -43,6 +43,7 @@ REFERENCES = {
     "decoder_layer": ac.DecoderLayer,
     # Part V
     "filter_logits": ac.filter_logits,
+    "causal_self_attention": ac.CausalSelfAttention,
 }
 
 # PyTorch loads its meta-device kernels on their first use (about 3 s, once per process);
@@ -417,3 +418,28 @@ def test_a_padding_mask_that_reads_the_lengths_is_not_failed_on_the_meta_device(
     report = CHECKERS["padding_mask"](_padding_mask_loop)
     assert report.passed and report.score == 1.0, report
     assert "not checked on this machine" in report.results[-1].message
+
+
+def test_an_extra_mask_buffer_is_accepted_but_an_extra_parameter_is_not():
+    """A nanoGPT-style persistent causal-mask buffer is correct code: the reference weights
+    load around it. An extra *parameter* still fails, naming it."""
+    from buggy.gpt import CausalBase
+
+    class WithMaskBuffer(CausalBase):
+        def __init__(self, d_model, num_heads, bias=False, dropout=0.0, max_len=64):
+            super().__init__(d_model, num_heads, bias, dropout)
+            self.register_buffer("causal", torch.ones(max_len, max_len, dtype=torch.bool).tril())
+
+        def hidden(self, T, device):
+            return ~self.causal[:T, :T]
+
+    class WithExtraParameter(CausalBase):
+        def __init__(self, d_model, num_heads, bias=False, dropout=0.0):
+            super().__init__(d_model, num_heads, bias, dropout)
+            self.gain = nn.Parameter(torch.ones(()))
+
+    report = CHECKERS["causal_self_attention"](WithMaskBuffer)
+    assert report.passed and report.score == 1.0, report
+    report = CHECKERS["causal_self_attention"](WithExtraParameter)
+    assert not report.passed and report.score == 0.0
+    assert "unexpected: gain" in str(report)

@@ -464,3 +464,35 @@ def test_every_mode_a_statement_allows_is_exercised(question_id):
     assert report.passed, report  # the reference itself passes every case
     missing = sorted(mode for mode, present in seen.items() if not present)
     assert not missing, f"{question_id}: no case exercises {missing}"
+
+
+def test_the_uniform_loss_tolerance_rejects_a_vocabulary_off_by_one():
+    """13.uniform_loss: ln V is accepted rounded to 2 decimals (4.63, 0.0047 away), but
+    ln(V - 1) and ln(V + 1) (0.0097 away) are named as an off-by-one V; -ln V is told
+    that a loss is positive."""
+    V = 103
+    assert passes("13.uniform_loss", math.log(V))
+    assert passes("13.uniform_loss", round(math.log(V), 2))
+    for wrong in (math.log(V - 1), math.log(V + 1)):
+        assert "your V is off by one" in message("13.uniform_loss", wrong)
+    assert "positive" in message("13.uniform_loss", -math.log(V))
+    assert "within 0.005 nats" in message("13.uniform_loss", 4.5)
+
+
+def test_one_number_is_shown_as_a_number_and_a_list_as_a_list():
+    text = message("13.uniform_loss", math.log2(103))
+    assert text.startswith("6.6865 is not right"), text
+    assert "(6.6865,)" not in message("13.uniform_loss", 4.5)
+    text = message("13.unshifted_targets", ["b"])
+    assert 'a list of 1, ["b"]' in text and "tuple" not in text, text
+    assert "a tuple of 1" in message("13.unshifted_targets", ("b",))
+
+
+def test_the_statement_of_exercise_13_states_the_tolerance():
+    import json
+    from pathlib import Path
+
+    for folder in ("exercises/solutions", "exercises"):
+        path = Path(__file__).resolve().parents[1] / folder / "13_decoder_only.ipynb"
+        text = " ".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
+        assert "within 0.005 nats" in text, path

@@ -2,7 +2,9 @@
 
 The student's class is constructed with the contract's arguments, then given
 the reference's weights with ``load_state_dict``. Missing or unexpected names
-become a failed case that lists the names the contract asks for.
+become a failed case that lists the names the contract asks for; the one exception
+is an extra *buffer* of the student's (a precomputed causal mask registered with
+``register_buffer``), which the reference has no value for and is left as it is.
 """
 
 from __future__ import annotations
@@ -75,8 +77,14 @@ def load_reference_weights(student: nn.Module, reference: nn.Module, what: str) 
         own = student.state_dict()
     except Exception as error:  # noqa: BLE001 - student code may break state_dict
         raise CaseFailed(f"{what}.state_dict() raised {type(error).__name__}: {error}") from None
+    try:
+        own_buffers = {name for name, _ in student.named_buffers()}
+    except Exception:  # noqa: BLE001 - student code may break named_buffers
+        own_buffers = set()
     missing = [name for name in expected_names if name not in own]
-    unexpected = [name for name in own if name not in state]
+    # An extra buffer (a precomputed mask, say) holds no weight of the contract: keep it.
+    extra_buffers = [name for name in own if name not in state and name in own_buffers]
+    unexpected = [name for name in own if name not in state and name not in own_buffers]
     if missing or unexpected:
         lines = [f"could not load the reference weights into {what}:"]
         if missing:
@@ -102,7 +110,7 @@ def load_reference_weights(student: nn.Module, reference: nn.Module, what: str) 
             f"the parameters of {what} have the wrong shapes:\n  " + "\n  ".join(wrong_shapes)
         )
     try:
-        student.load_state_dict(state)
+        student.load_state_dict(state, strict=not extra_buffers)
     except Exception as error:  # noqa: BLE001
         raise CaseFailed(
             f"{what}.load_state_dict(reference weights) raised {type(error).__name__}: {error}"

@@ -12,6 +12,7 @@ from .attention import (
     check_soft_argmax,
 )
 from .ffn import check_positionwise_feed_forward
+from .gpt import check_causal_self_attention
 from .masking import check_causal_mask, check_padding_mask
 from .multihead import check_merge_heads, check_multi_head_attention, check_split_heads
 from .norms import check_batch_norm, check_layer_norm
@@ -40,7 +41,7 @@ _BY_EXERCISE: dict[str | None, tuple[Callable, ...]] = {
     "08_feed_forward": (check_positionwise_feed_forward,),
     "09_positional_encoding": (check_sinusoidal_positional_encoding,),
     "10_transformer": (check_encoder_layer, check_decoder_layer),
-    None: (check_filter_logits,),  # Part V: no exercise notebook yet
+    "13_decoder_only": (check_filter_logits, check_causal_self_attention),
 }
 
 REGISTRY: tuple[Checker, ...] = tuple(

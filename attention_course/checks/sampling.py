@@ -112,6 +112,15 @@ def _mistakes(logits: torch.Tensor, top_k: int | None, top_p: float | None):
                 ),
             ),
         ]
+    if top_k is not None and top_p is None:
+        mistakes.append(
+            (
+                "ties at the k-th value are dropped: keep every logit >= the k-th largest, not >",
+                lambda: logits.masked_fill(
+                    logits <= logits.topk(min(top_k, V), dim=-1).values[..., -1:], NEG_INF
+                ),
+            )
+        )
     if top_p is not None:
         for variant in ("no shift", "no shift, first kept"):
             mistakes.append(
@@ -158,20 +167,55 @@ def _mistakes(logits: torch.Tensor, top_k: int | None, top_p: float | None):
 
 
 def _fill_hint(logits: torch.Tensor, expected: torch.Tensor):
-    """A hint for a filter that keeps the right tokens but fills the others with a finite
-    value (not one of the known mistakes, e.g. -1e9)."""
+    """A hint for a filter that keeps the right tokens unchanged but leaves finite values
+    where -inf belongs: one constant different from the input logits there (a fill
+    value such as -1e9, not one of the known mistakes), or the input logits themselves
+    (too many tokens kept)."""
     kept = torch.isfinite(expected)
 
     def hint(got: torch.Tensor) -> str | None:
         if got.shape != expected.shape or not got.is_floating_point():
             return None
-        if torch.equal(got[kept].to(logits.dtype), logits[kept]) and bool(
-            torch.isfinite(got[~kept]).any()
-        ):
-            value = got[~kept][torch.isfinite(got[~kept])][:1]
+        if not torch.equal(got[kept].to(logits.dtype), logits[kept]):
+            return None
+        extra = ~kept & torch.isfinite(got)  # finite where -inf belongs
+        if not bool(extra.any()):
+            return None
+        values, original = got[extra].to(logits.dtype), logits[extra]
+        if torch.equal(values, original):
+            return (
+                "these positions still hold their original logits: your filter keeps too "
+                "many tokens"
+            )
+        fills = values[values != original]  # the positions that were written to
+        if bool((fills == fills[0]).all()):
             return (
                 f"the dropped logits must be exactly -inf, you filled them with "
-                f"{fmt_values(value)[1:-1]}: a finite value keeps a small probability"
+                f"{fmt_values(fills[:1])[1:-1]}: a finite value keeps a small probability"
+            )
+        return None
+
+    return hint
+
+
+def _axis_hint(candidate, logits: torch.Tensor, expected: torch.Tensor, kwargs: dict):
+    """On (B, T, V) logits: a hint when the student's filter is right on the same rows
+    flattened to (B * T, V), i.e. it works along a fixed axis (dim=1), not dim=-1."""
+
+    def hint(got: torch.Tensor) -> str | None:
+        if logits.dim() < 3:
+            return None
+        flat = logits.reshape(-1, logits.shape[-1]).clone()
+        again = candidate(flat, **kwargs)
+        if not isinstance(again, torch.Tensor) or again.numel() != expected.numel():
+            return None
+        again = again.detach().cpu().reshape(expected.shape).to(expected.dtype)
+        if torch.equal(torch.isfinite(again), torch.isfinite(expected)) and torch.equal(
+            again[torch.isfinite(expected)], expected[torch.isfinite(expected)]
+        ):
+            return (
+                f"on {tuple(logits.shape)} logits your filter works along the wrong axis "
+                "(it is right on the same rows flattened to (B * T, V)): use dim=-1"
             )
         return None
 
@@ -214,11 +258,12 @@ def _expect_filtered(got, expected: torch.Tensor, name: str, mistakes, hints) ->
             )
             atol, rtol = tolerances(expected.dtype)
             # Several mistakes can give the same output on one input: name all of them.
-            matches = [
-                mistake
-                for mistake in mistakes
-                if first_mistake(got_t, [mistake], atol, rtol, expected) is not None
-            ]
+            matches = []
+            for mistake in mistakes:
+                if mistake[0] in [m[0] for m in matches]:
+                    continue  # two ways to the same mistake: name it once
+                if first_mistake(got_t, [mistake], atol, rtol, expected) is not None:
+                    matches.append(mistake)
             if len(matches) == 1:
                 message += f"\nLikely mistake: {matches[0][0]}."
             elif matches:  # the first three: the most specific to this case come first
@@ -267,7 +312,7 @@ def _compare_case(candidate, make_logits, top_k=None, top_p=None, error_hint=Non
             expected,
             f"the filtered logits of {what}",
             mistakes=_mistakes(logits, top_k, top_p),
-            hints=[_fill_hint(logits, expected)],
+            hints=[_axis_hint(candidate, logits, expected, kwargs), _fill_hint(logits, expected)],
         )
 
     return run

@@ -6,7 +6,7 @@ is not None its report must contain that phrase (the named mistake). Every
 implementation's docstring says what is wrong with it.
 """
 
-from . import attention, ffn_positional, masking, multihead, norms, sampling, transformer
+from . import attention, ffn_positional, gpt, masking, multihead, norms, sampling, transformer
 
 CATALOGUE = [
     *attention.CATALOGUE,
@@ -16,4 +16,5 @@ CATALOGUE = [
     *ffn_positional.CATALOGUE,
     *transformer.CATALOGUE,
     *sampling.CATALOGUE,
+    *gpt.CATALOGUE,
 ]

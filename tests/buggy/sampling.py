@@ -153,8 +153,64 @@ def filter_logits_float32(logits, top_k=None, top_p=None):
     return logits
 
 
+def filter_logits_ties_strict(logits, top_k=None, top_p=None):
+    """Keeps the logits strictly above the (k + 1)-th largest: ties at the k-th dropped."""
+    _check(top_k, top_p)
+    out = logits.clone()
+    if top_k is not None and top_k < out.size(-1):
+        following = torch.topk(out, top_k + 1).values[..., -1:]
+        out = out.masked_fill(out <= following, float("-inf"))
+    return _top_p(out, top_p) if top_p is not None else out
+
+
+def filter_logits_dim_one(logits, top_k=None, top_p=None):
+    """Written for (B, V) logits: dim=1 everywhere, the wrong axis on (B, T, V)."""
+    _check(top_k, top_p)
+    out = logits.clone()
+    if top_k is not None:
+        kth = torch.topk(out, min(top_k, out.size(1)), dim=1).values[:, -1:]
+        out = out.masked_fill(out < kth, float("-inf"))
+    if top_p is not None:
+        sorted_probs, order = out.softmax(1).sort(dim=1, descending=True)
+        remove_sorted = (sorted_probs.cumsum(1) - sorted_probs) >= top_p
+        out = out.masked_fill(remove_sorted.scatter(1, order, remove_sorted), float("-inf"))
+    return out
+
+
+def filter_logits_kth_smallest(logits, top_k=None, top_p=None):
+    """Takes the threshold from an ascending sort: keeps every logit >= the k-th smallest."""
+    _check(top_k, top_p)
+    out = logits.clone()
+    if top_k is not None and top_k < out.size(-1):
+        kth = out.sort(dim=-1).values[..., top_k - 1 : top_k]
+        out = out.masked_fill(out < kth, float("-inf"))
+    return _top_p(out, top_p) if top_p is not None else out
+
+
+def filter_logits_fills_minus_1e9(logits, top_k=None, top_p=None):
+    """Fills the dropped logits with -1e9 instead of -inf."""
+    out = filter_logits_kth_largest_reference(logits, top_k, top_p)
+    return out.masked_fill(out == float("-inf"), -1e9)
+
+
+def filter_logits_kth_largest_reference(logits, top_k=None, top_p=None):
+    """A correct filter (used by the buggy ones above)."""
+    _check(top_k, top_p)
+    out = _top_k(logits, top_k) if top_k is not None else logits.clone()
+    return _top_p(out, top_p) if top_p is not None else out
+
+
 CATALOGUE = [
     ("filter_logits", "keeps k + 1", filter_logits_keeps_k_plus_one, "keeps k + 1"),
+    ("filter_logits", "fills -1e9", filter_logits_fills_minus_1e9, "you filled them with -1e+09"),
+    ("filter_logits", "ties dropped by >", filter_logits_ties_strict, "the k-th largest, not >"),
+    ("filter_logits", "dim=1 on (B, T, V)", filter_logits_dim_one, "works along the wrong axis"),
+    (
+        "filter_logits",
+        "threshold from an ascending sort",
+        filter_logits_kth_smallest,
+        "still hold their original logits: your filter keeps too many tokens",
+    ),
     (
         "filter_logits",
         "drops the crossing token",

@@ -1,0 +1,581 @@
+"""Checker for ``CausalSelfAttention`` (exercise 13): masked multi-head self-attention
+of a decoder-only model, ``forward(x (B, T, D)) -> (B, T, D)``.
+
+Exercise 13 asks for the chapter-13 constructor ``(d_model, num_heads, bias=False,
+dropout=0.0)``; the options of chapters 14-15 (``pos``, ``num_kv_heads``, ``window``)
+are not checked. The student writes the attention maths from tensor operations:
+``F.scaled_dot_product_attention`` and ``nn.MultiheadAttention`` are switched off while
+the student's module runs (either would hide the mask, the heads and the scaling).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from attention_course import gpt as ref
+
+from ._compare import expect_close, expect_like, fmt_shape
+from ._data import randn
+from ._modules import build_pair, expect_same_grads, leaves
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
+
+# ---------------------------------------------------------------- known mistakes
+
+NO_MASK = (
+    "no causal mask: token t attends to the later tokens t+1, t+2, ... too; fill the "
+    "scores above the diagonal with -inf before the softmax "
+    "(`scores.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool)), float('-inf'))`)"
+)
+SCALE_D_MODEL = (
+    "the scores are scaled by 1/sqrt(d_model): each head has width d_head = d_model / "
+    "num_heads, so scale by 1/sqrt(d_head)"
+)
+NO_SCALE = "the 1/sqrt(d_head) scaling of the scores is missing"
+MERGE_NO_TRANSPOSE = (
+    "heads merged without a transpose: reshaping (B, H, T, Dh) straight to (B, T, D) "
+    "mixes tokens; `.transpose(1, 2)` to (B, T, H, Dh) first, then reshape"
+)
+SPLIT_INTERLEAVED = (
+    "heads split interleaved: `view(B, T, Dh, H)` gives head h the features h, h + H, "
+    "h + 2H, ...; each head is a contiguous block of Dh features: view as (B, T, H, Dh), "
+    "then `.transpose(1, 2)`"
+)
+VALUES_FROM_W_K = "the values are projected with w_k: v = self.w_v(x)"
+BIAS_NOT_BUILT = (
+    "with bias=True your layers have no bias: build `nn.Linear(d_model, d_model, "
+    "bias=bias)`, passing the constructor's bias on"
+)
+MERGE_MIXES_TOKENS = (
+    "or your head merge mixes tokens: reshaping (B, H, T, Dh) to (B, T, D) without "
+    "`.transpose(1, 2)` moves later tokens into earlier rows"
+)
+SPLIT_NO_TRANSPOSE = (
+    "heads split without a transpose: reshaping (B, T, D) straight to (B, H, T, Dh) mixes "
+    "the features of different tokens; view as (B, T, H, Dh), then `.transpose(1, 2)`"
+)
+MASK_NO_DIAGONAL = (
+    "the causal mask is off by one: it hides the diagonal, so a token cannot see itself "
+    "(and the first token sees nothing); token t must attend to tokens 0 .. t, itself "
+    "included: `torch.tril(ones)` keeps the diagonal, `torch.triu(ones, diagonal=1)` is "
+    "what to hide"
+)
+MASK_SEES_NEXT = (
+    "the causal mask is off by one: token t also sees token t+1 (the one it must "
+    "predict); hide every key j > t, i.e. `torch.triu(ones, diagonal=1)`, not diagonal=2"
+)
+MASK_INVERTED = (
+    "the causal mask is inverted: token t attends to the tokens after it instead of the "
+    "ones before it; hide j > t (above the diagonal), keep j <= t"
+)
+MASK_AFTER_SOFTMAX = (
+    "the mask is applied after the softmax: zeroing the future weights after the softmax "
+    "leaves rows that no longer sum to 1 (and the future still shaped the normaliser); "
+    "fill the *scores* with -inf before the softmax"
+)
+NO_OUT_PROJ = "the output projection w_o is not applied: mix the concatenated heads with self.w_o"
+SOFTMAX_DIM = (
+    "the softmax runs over the query axis (dim=-2): the weights must sum to 1 over the keys"
+)
+DROPOUT_ELSEWHERE = (
+    "dropout is applied somewhere other than the attention weights (on V, on the merged "
+    "heads?): it belongs after the softmax, on the (B, H, T, T) weights"
+)
+NO_BIAS = (
+    "the biases are not used: with bias=True call the nn.Linear layers themselves "
+    "(self.w_q(x)), which add their bias, not x @ self.w_q.weight.T"
+)
+
+
+def _variant(
+    module,
+    x,
+    *,
+    mask="causal",
+    scale="d_head",
+    split="ok",
+    merge="ok",
+    after_softmax=False,
+    out_proj=True,
+    dim=-1,
+    bias=True,
+    values="w_v",
+):
+    """Causal self-attention with ``module``'s weights and one mistake switched on."""
+    B, T, D = x.shape
+    H = module.num_heads
+    Dh = D // H
+
+    def linear(layer, t):
+        return t @ layer.weight.T + (layer.bias if bias and layer.bias is not None else 0)
+
+    def split_(t):
+        if split == "no-transpose":
+            return t.reshape(B, H, T, Dh)
+        if split == "interleaved":
+            return t.reshape(B, T, Dh, H).permute(0, 3, 1, 2)
+        return t.reshape(B, T, H, Dh).transpose(1, 2)
+
+    value_layer = module.w_k if values == "w_k" else module.w_v
+    q, k, v = (split_(linear(layer, x)) for layer in (module.w_q, module.w_k, value_layer))
+    factor = {"d_head": 1 / math.sqrt(Dh), "d_model": 1 / math.sqrt(D), "none": 1.0}[scale]
+    scores = q @ k.transpose(-2, -1) * factor
+    i = torch.arange(T).reshape(T, 1)
+    j = torch.arange(T).reshape(1, T)
+    keep = {
+        "causal": j <= i,
+        "none": torch.ones(T, T, dtype=torch.bool),
+        "no-diagonal": j < i,
+        "sees-next": j <= i + 1,
+        "inverted": j >= i,
+    }[mask]
+    if after_softmax:
+        weights = scores.softmax(dim).masked_fill(~keep, 0.0)
+    else:
+        weights = torch.nan_to_num(scores.masked_fill(~keep, float("-inf")).softmax(dim), nan=0.0)
+    heads = weights @ v  # (B, H, T, Dh)
+    if merge == "no-transpose":
+        out = heads.reshape(B, T, D)
+    elif merge == "interleaved":
+        out = heads.permute(0, 2, 3, 1).reshape(B, T, D)
+    else:
+        out = heads.transpose(1, 2).reshape(B, T, D)
+    return linear(module.w_o, out) if out_proj else out
+
+
+def _mistakes(module, x):
+    def v(**kwargs):
+        return lambda: _variant(module, x, **kwargs)
+
+    mistakes = [
+        (NO_MASK, v(mask="none")),
+        (MASK_NO_DIAGONAL, v(mask="no-diagonal")),
+        (MASK_SEES_NEXT, v(mask="sees-next")),
+        (MASK_INVERTED, v(mask="inverted")),
+        (MASK_AFTER_SOFTMAX, v(after_softmax=True)),
+    ]
+    if module.num_heads > 1:
+        mistakes += [
+            (SCALE_D_MODEL, v(scale="d_model")),
+            (MERGE_NO_TRANSPOSE, v(merge="no-transpose")),
+            (SPLIT_NO_TRANSPOSE, v(split="no-transpose")),
+            (
+                SPLIT_NO_TRANSPOSE + " (and merged back the same way)",
+                v(split="no-transpose", merge="no-transpose"),
+            ),
+            (
+                SPLIT_INTERLEAVED + " (and merged back the same way)",
+                v(split="interleaved", merge="interleaved"),
+            ),
+            (SPLIT_INTERLEAVED, v(split="interleaved")),
+        ]
+    mistakes += [
+        (NO_SCALE, v(scale="none")),
+        (NO_OUT_PROJ, v(out_proj=False)),
+        (SOFTMAX_DIM, v(dim=-2)),
+        (VALUES_FROM_W_K, v(values="w_k")),
+    ]
+    if module.w_q.bias is not None:
+        mistakes.append((NO_BIAS, v(bias=False)))
+    return mistakes
+
+
+# ---------------------------------------------------------------- running the student
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # attention_course/
+
+
+class BuiltinNotAllowed(RuntimeError):
+    """Raised when the student's module calls a built-in attention."""
+
+
+@contextlib.contextmanager
+def _no_builtin_attention():
+    """While active, ``F.scaled_dot_product_attention`` and ``nn.MultiheadAttention``'s
+    forward raise :class:`BuiltinNotAllowed`."""
+
+    def refuse():
+        raise BuiltinNotAllowed(
+            "do not call `F.scaled_dot_product_attention` (with is_causal=True it would do "
+            "the task) nor `nn.MultiheadAttention`: write the scores, the causal mask, the "
+            "softmax and the weighted sum yourself"
+        )
+
+    def guard(original):
+        def forbidden(*args, **kwargs):
+            # The package's own modules (the reference, a student's subclass of it) may.
+            caller = sys._getframe(1).f_code.co_filename
+            if os.path.abspath(caller).startswith(_PACKAGE + os.sep):
+                return original(*args, **kwargs)
+            refuse()
+
+        return forbidden
+
+    targets = [(F, "scaled_dot_product_attention"), (F, "multi_head_attention_forward")]
+    saved = [(owner, attr, getattr(owner, attr)) for owner, attr in targets]
+    try:
+        for owner, attr, original in saved:
+            setattr(owner, attr, guard(original))
+        yield
+    finally:
+        for owner, attr, original in saved:
+            setattr(owner, attr, original)
+
+
+def _call(student, x, what: str):
+    with _no_builtin_attention():
+        return call_student(student, x, what=what, arg_names=("x",))
+
+
+def _what(init: dict, shape) -> str:
+    args = ", ".join(f"{k}={v!r}" for k, v in init.items())
+    return f"CausalSelfAttention({args})(x {fmt_shape(shape)})"
+
+
+def _init(d_model=8, num_heads=2, **options) -> dict:
+    return {"d_model": d_model, "num_heads": num_heads, **options}
+
+
+def _expect_no_nan(got, name: str) -> None:
+    if isinstance(got, torch.Tensor) and got.is_floating_point() and bool(got.isnan().any()):
+        first = tuple(int(i) for i in got.isnan().nonzero()[0])
+        row = f"position t = {first[1]}" if got.dim() == 3 else f"index {list(first)}"
+        message = f"{name} contains NaN (first at {row})."
+        if got.dim() == 3 and bool(got[:, 0].isnan().any()):
+            message += f"\nLikely mistake: {MASK_NO_DIAGONAL}."
+        raise CaseFailed(message)
+
+
+def _build(candidate, init: dict):
+    """:func:`build_pair`, naming layers built without the bias that ``bias=True`` asks for."""
+    try:
+        return build_pair(candidate, ref.CausalSelfAttention, kwargs=init)
+    except CaseFailed as error:
+        text = str(error)
+        if init.get("bias") and "missing:" in text and ".bias" in text:
+            raise CaseFailed(f"{text}\nLikely mistake: {BIAS_NOT_BUILT}.") from None
+        raise
+
+
+def _single_token_hint(shape):
+    """At T = 1 a token attends only to itself, with weight 1: the output is w_o(w_v(x))."""
+
+    def hint(got) -> str | None:
+        if shape[1] != 1:
+            return None
+        return (
+            "with T = 1 each token attends only to itself, with weight 1, so the output is "
+            "w_o(w_v(x)) whatever the mask and the scaling: check the value projection "
+            "(and the output projection)"
+        )
+
+    return hint
+
+
+def _compare_case(candidate, init: dict, shape, *, seed: int, train: bool = False):
+    """The student's output equals the reference's on ``x`` of ``shape``."""
+
+    def run():
+        student, reference = _build(candidate, init)
+        student.train(train)
+        reference.train(train)
+        x = randn(*shape, seed=seed)
+        with torch.no_grad():
+            expected, _ = reference(x, need_weights=True)
+            mistakes = _mistakes(reference, x)
+        what = _what(init, shape)
+        got = _call(student, x, what)
+        _expect_no_nan(got, "your output")
+        if (
+            not train
+            and init.get("dropout", 0.0) > 0
+            and isinstance(got, torch.Tensor)
+            and not torch.equal(got, _call(student, x, what))
+        ):
+            raise CaseFailed(
+                "in eval mode (module.eval(), self.training is False) dropout must be off, "
+                "but two calls on the same x gave different outputs: use "
+                "`F.dropout(weights, p=self.dropout, training=self.training)` (or an "
+                "nn.Dropout module, which follows module.eval())"
+            )
+        expect_close(
+            got, expected, "the output", mistakes=mistakes, hints=[_single_token_hint(shape)]
+        )
+
+    return run
+
+
+def _causality_case(candidate, init: dict):
+    """Changing the tokens after position t0 must not change the outputs at 0 .. t0."""
+
+    def run():
+        B, T, D = 2, 7, init["d_model"]
+        t0 = 3
+        student, _ = _build(candidate, init)
+        student.eval()
+        x = randn(B, T, D, seed=121)
+        changed = x.clone()
+        changed[:, t0 + 1 :] = randn(B, T - t0 - 1, D, seed=122)
+        what = _what(init, x.shape)
+        got = _call(student, x, what)
+        _expect_no_nan(got, "your output")
+        got_changed = _call(student, changed, what)
+        expect_like(got, x, "the output")
+        expect_like(got_changed, x, "the output")
+        moved = (got[:, : t0 + 1] - got_changed[:, : t0 + 1]).abs().amax(dim=(0, 2)) > 1e-9
+        if bool(moved.any()):
+            t = int(moved.nonzero()[0])
+            sees_next = bool(moved[t0]) and not bool(moved[:t0].any())
+            raise CaseFailed(
+                f"changing the tokens after position {t0} (x[:, {t0 + 1}:]) changed your "
+                f"output at position {t}: token t may attend only to tokens 0 .. t, so the "
+                "future must not leak into the past. "
+                + (
+                    f"Only position {t0} moved: {MASK_SEES_NEXT}"
+                    if sees_next
+                    else "Is the causal mask applied to the scores before the softmax? "
+                    f"... {MERGE_MIXES_TOKENS}"
+                )
+            )
+        if not bool((got[:, t0 + 1 :] - got_changed[:, t0 + 1 :]).abs().amax() > 1e-9):
+            raise CaseFailed(
+                f"changing the tokens after position {t0} did not change the outputs there "
+                "either: each token must attend to itself"
+            )
+
+    return run
+
+
+def _grad_case(candidate, init: dict):
+    def run():
+        student, reference = _build(candidate, init)
+        x = randn(2, 5, init["d_model"], seed=131)
+        (mine,), (theirs,) = leaves(x)
+        expected = reference(theirs)
+        got = _call(student, mine, _what(init, x.shape))
+        expect_close(got, expected.detach(), "the output")
+        expect_same_grads(got, expected, {"`x`": (mine, theirs)}, (student, reference))
+
+    return run
+
+
+def _first_token_outputs(module, x, scale: float) -> torch.Tensor:
+    """The possible outputs at position 0 when each head's single weight (token 0 sees
+    only itself, with weight 1) is dropped or kept and scaled by ``scale``:
+    ``(2**H, B, D)``, one row per pattern of dropped heads (bit h set: head h kept)."""
+    H, D = module.num_heads, module.d_model
+    B = x.shape[0]
+    v0 = module.w_v(x[:, :1]).reshape(B, H, D // H)  # (B, H, Dh): token 0's values per head
+    outs = []
+    for pattern in range(2**H):
+        kept = torch.tensor([(pattern >> h) & 1 for h in range(H)], dtype=x.dtype)
+        heads = v0 * kept[None, :, None] * scale  # (B, H, Dh)
+        outs.append(module.w_o(heads.reshape(B, D)))
+    return torch.stack(outs)
+
+
+def _expect_first_token_dropout(module, x, first, p: float) -> str | None:
+    """Token 0 attends only to itself with weight 1, so with dropout on the attention
+    weights each head's weight there is 0 or 1 / (1 - p): the output at position 0 is one
+    of 2**H vectors. Read which heads were dropped in every call, then check the scale
+    and the dropped fraction. ``first`` is ``(draws, B, D)``. The eval output has been
+    checked to be right, so an output that fits no pattern in most calls comes from
+    dropout somewhere else (on V, on the merged heads): returned as a message, raised
+    by the caller once the output-dropout test has had its say."""
+    H = module.num_heads
+    with torch.no_grad():
+        candidates = {
+            scale_name: _first_token_outputs(module, x, scale)
+            for scale_name, scale in (("right", 1 / (1 - p)), ("unscaled", 1.0), ("1/p", 1 / p))
+        }
+    clean = candidates["unscaled"][-1]  # every head kept, weight 1
+    if all(torch.allclose(f, clean, atol=1e-9, rtol=1e-7) for f in first):
+        raise CaseFailed(
+            "the first token's output is never dropped out: token 0 attends only to "
+            "itself, with weight 1, which dropout on the attention weights zeroes with "
+            f"probability p = {p:g}; dropout belongs on the weights after the softmax "
+            "(dropout on the scores, before the softmax, leaves that weight at 1)"
+        )
+    fits = {}
+    for scale_name, outs in candidates.items():
+        # (draws, B, 1, D) vs (1, B, 2**H, D): which pattern each call matches
+        close = torch.isclose(
+            first[:, :, None], outs.transpose(0, 1)[None], atol=1e-7, rtol=1e-6
+        ).all(-1)  # (draws, B, 2**H)
+        fits[scale_name] = float(close.any(-1).all(-1).double().mean())
+        if not bool(close.any(-1).all()):
+            continue
+        pattern = close.to(torch.int64).argmax(-1)  # (draws, B)
+        kept = torch.stack([(pattern >> h) & 1 for h in range(H)], -1)  # (draws, B, H)
+        dropped = 1.0 - kept.double().mean().item()
+        if scale_name == "unscaled":
+            raise CaseFailed(
+                "some attention weights are dropped but the kept ones are not scaled by "
+                f"1 / (1 - p) = {1 / (1 - p):.4g}: use `F.dropout` or `nn.Dropout` "
+                "(inverted dropout), which rescale the survivors so that the expected "
+                "value is unchanged"
+            )
+        if scale_name == "1/p":
+            raise CaseFailed(
+                "the kept attention weights are scaled by 1 / p instead of 1 / (1 - p): "
+                f"you passed 1 - p as the dropout probability; p = {p:g} is the "
+                "probability of *dropping* a weight, `F.dropout(w, p=self.dropout, "
+                "training=self.training)`"
+            )
+        count = kept.numel()
+        slack = 4 * math.sqrt(p * (1 - p) / count) + 0.02
+        if abs(dropped - p) > slack:
+            raise CaseFailed(
+                f"{dropped:.0%} of the attention weights of token 0 were dropped, "
+                f"expected about p = {p:.0%} (within {slack:.1%} over {count} weights): "
+                "`p` is the probability of dropping a weight, not of keeping it"
+            )
+        return None
+    if max(fits.values()) < 0.5:
+        return (
+            f"in {1 - max(fits.values()):.0%} of the training-mode calls the output at "
+            "position 0 is none of the outputs that dropping whole attention weights can "
+            f"give (token 0 attends only to itself, so each of its {H} head weights is 0 or "
+            f"1 / (1 - p)): {DROPOUT_ELSEWHERE}"
+        )
+    return None
+
+
+def _dropout_case(candidate, init: dict, draws: int = 200):
+    """Training mode with dropout on the attention weights, checked by its properties
+    (whatever random numbers the student draws): the output is random; it is not the
+    clean output with entries zeroed (dropout on the output); and, as inverted dropout
+    keeps the expected weights, the mean over ``draws`` calls is the eval output within
+    its sampling error."""
+    p = init["dropout"]
+
+    def run():
+        student, reference = _build(candidate, init)
+        reference.eval()
+        x = randn(2, 12, init["d_model"], seed=141)
+        with torch.no_grad():
+            clean = reference(x)
+        student.eval()
+        eval_out = _call(student, x, _what(init, x.shape) + " in eval mode")
+        expect_like(eval_out, clean, "the output")
+        if not torch.allclose(eval_out.to(clean.dtype), clean, atol=1e-6, rtol=1e-5):
+            raise CaseFailed(
+                "your eval-mode output differs from the reference (see the cases above); "
+                "fix that first: this case compares the training-mode outputs with it"
+            )
+        student.train()
+        what = _what(init, x.shape) + " in training mode"
+        with torch.random.fork_rng(), torch.no_grad():
+            torch.manual_seed(0)
+            outputs = []
+            for _ in range(draws):
+                got = _call(student, x, what)
+                expect_like(got, clean, "the output")
+                outputs.append(got.detach().to(torch.float64))
+        stack = torch.stack(outputs)
+        if all(torch.allclose(o, clean, atol=1e-9, rtol=1e-7) for o in outputs[:10]):
+            raise CaseFailed(
+                f"dropout is never applied: in training mode (module.train()) with "
+                f"dropout={p:g} the attention weights must be dropped out "
+                "(`F.dropout(weights, p=self.dropout, training=self.training)` after the "
+                "softmax)"
+            )
+        elsewhere = _expect_first_token_dropout(reference, x, stack[:, :, 0], p)
+        # Dropout on the weights zeroes whole rows at most (all heads dropped, no bias);
+        # dropout on the output zeroes single entries of rows that are otherwise alive.
+        zeros = (stack.abs() < 1e-12) & (clean.abs() > 1e-12)
+        zeros &= ~(stack.abs() < 1e-12).all(dim=-1, keepdim=True)
+        if bool(zeros.float().mean() > p / 4):
+            raise CaseFailed(
+                f"{float(zeros.float().mean()):.0%} of your output entries are exactly 0: "
+                "dropout is applied to the output; it belongs on the attention weights, "
+                "after the softmax and before the weighted sum of the values"
+            )
+        if elsewhere:
+            raise CaseFailed(elsewhere)
+        mean = stack.mean(0)
+        sem = stack.std(0) / math.sqrt(draws) + 1e-9
+        z = ((mean - clean) / sem).pow(2).mean().sqrt()
+        if float(z) > 2.0:
+            unscaled = (
+                "; the kept weights must be scaled by 1 / (1 - p) (inverted dropout, as "
+                "F.dropout does), and p is the probability of dropping"
+            )
+            raise CaseFailed(
+                f"the mean of your output over {draws} training-mode calls is not the "
+                f"eval-mode output (RMS z-score {float(z):.1f}, expected about 1): inverted "
+                "dropout on the attention weights keeps their expected value, so the mean "
+                f"output must equal the output without dropout{unscaled}"
+            )
+
+    return run
+
+
+@checker("causal_self_attention", "CausalSelfAttention")
+def check_causal_self_attention(candidate) -> list[Case]:
+    """Check ``CausalSelfAttention(d_model, num_heads, bias=False, dropout=0.0)``:
+    ``forward(x (B, T, D)) -> (B, T, D)``, token t attending to tokens 0 .. t."""
+    return [
+        Case(
+            "(B, T, D) = (2, 5, 8), H = 2",
+            _compare_case(candidate, _init(), (2, 5, 8), seed=101),
+            covers=frozenset({"mode=eval", "B>1"}),
+        ),
+        Case(
+            "odd T = 7, H = 4, D = 16",
+            _compare_case(candidate, _init(16, 4), (2, 7, 16), seed=102),
+            covers=frozenset({"odd T"}),
+        ),
+        Case(
+            "H = 1",
+            _compare_case(candidate, _init(6, 1), (2, 4, 6), seed=103),
+            covers=frozenset({"H=1"}),
+        ),
+        Case(
+            "bias=True, H = 2",
+            _compare_case(candidate, _init(8, 2, bias=True), (3, 6, 8), seed=104),
+            covers=frozenset({"bias"}),
+        ),
+        Case(
+            "T = 1 (a single token attends to itself)",
+            _compare_case(candidate, _init(8, 2), (2, 1, 8), seed=105),
+            weight=TRIVIAL,
+            covers=frozenset({"T=1"}),
+        ),
+        Case(
+            "B = 1, T = 9, H = 3, D = 12, bias=True",
+            _compare_case(candidate, _init(12, 3, bias=True), (1, 9, 12), seed=106),
+            covers=frozenset({"bias", "odd T"}),
+        ),
+        Case(
+            "causality: later tokens do not change earlier outputs",
+            _causality_case(candidate, _init(8, 2)),
+            covers=frozenset({"causality"}),
+        ),
+        Case(
+            "dropout=0.2 is off in eval mode",
+            _compare_case(candidate, _init(8, 2, dropout=0.2), (2, 6, 8), seed=107),
+            covers=frozenset({"dropout", "mode=eval"}),
+        ),
+        Case(
+            "training mode, dropout=0 equals eval",
+            _compare_case(candidate, _init(8, 2), (2, 6, 8), seed=108, train=True),
+            weight=TRIVIAL,
+            covers=frozenset({"mode=train"}),
+        ),
+        Case(
+            "training mode, dropout=0.2: the attention weights are dropped out",
+            _dropout_case(candidate, _init(8, 2, dropout=0.2)),
+            covers=frozenset({"dropout", "mode=train", "dropout>0 in training"}),
+        ),
+        Case(
+            "gradients reach x and every parameter (bias=True)",
+            _grad_case(candidate, _init(8, 2, bias=True)),
+            covers=frozenset({"grad", "bias", "mode=train"}),
+        ),
+    ]

@@ -23,28 +23,7 @@ from attention_course.checks import (
 from attention_course.checks._runner import NOT_IMPLEMENTED_MESSAGE
 
 sys.path.insert(0, os.path.dirname(__file__))
-from buggy import CATALOGUE  # noqa: E402
-
-REFERENCES = {
-    "soft_argmax": ac.soft_argmax,
-    "set_attention": ac.set_attention,
-    "scaled_dot_product_attention": ac.scaled_dot_product_attention,
-    "additive_attention": ac.AdditiveAttention,
-    "causal_mask": ac.causal_mask,
-    "padding_mask": ac.padding_mask,
-    "split_heads": ac.split_heads,
-    "merge_heads": ac.merge_heads,
-    "multi_head_attention": ac.MultiHeadAttention,
-    "layer_norm": ac.LayerNorm,
-    "batch_norm": ac.BatchNorm1d,
-    "positionwise_feed_forward": ac.PositionwiseFeedForward,
-    "sinusoidal_positional_encoding": ac.sinusoidal_positional_encoding,
-    "encoder_layer": ac.EncoderLayer,
-    "decoder_layer": ac.DecoderLayer,
-    # Part V
-    "filter_logits": ac.filter_logits,
-    "causal_self_attention": ac.CausalSelfAttention,
-}
+from buggy import CATALOGUE, REFERENCES  # noqa: E402
 
 # PyTorch loads its meta-device kernels on their first use (about 3 s, once per process);
 # load them here so that the timings below measure the checkers, not that import.

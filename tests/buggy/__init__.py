@@ -6,7 +6,31 @@ is not None its report must contain that phrase (the named mistake). Every
 implementation's docstring says what is wrong with it.
 """
 
+import attention_course as ac
+
 from . import attention, ffn_positional, gpt, masking, multihead, norms, sampling, transformer
+
+# The reference implementation of every checker's target: the checker must accept it.
+REFERENCES = {
+    "soft_argmax": ac.soft_argmax,
+    "set_attention": ac.set_attention,
+    "scaled_dot_product_attention": ac.scaled_dot_product_attention,
+    "additive_attention": ac.AdditiveAttention,
+    "causal_mask": ac.causal_mask,
+    "padding_mask": ac.padding_mask,
+    "split_heads": ac.split_heads,
+    "merge_heads": ac.merge_heads,
+    "multi_head_attention": ac.MultiHeadAttention,
+    "layer_norm": ac.LayerNorm,
+    "batch_norm": ac.BatchNorm1d,
+    "positionwise_feed_forward": ac.PositionwiseFeedForward,
+    "sinusoidal_positional_encoding": ac.sinusoidal_positional_encoding,
+    "encoder_layer": ac.EncoderLayer,
+    "decoder_layer": ac.DecoderLayer,
+    # Part V
+    "filter_logits": ac.filter_logits,
+    "causal_self_attention": ac.CausalSelfAttention,
+}
 
 CATALOGUE = [
     *attention.CATALOGUE,

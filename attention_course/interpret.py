@@ -54,8 +54,10 @@ def attention_rollout(attentions: Sequence[torch.Tensor]) -> torch.Tensor:
     last layer attributed to input token ``j``; each row sums to 1. With a
     single layer, ``R = A_1``.
 
-    No PyTorch or Hugging Face built-in computes this; it is usually written
-    as a loop like the one here. Some later code (e.g. ``vit-explain``, for
+    No PyTorch or Hugging Face built-in computes this. It is the computation
+    of ``compute_joint_attention`` in the authors' code
+    (github.com/samiraabnar/attention_flow): ``att + I``, divided by its row
+    sums, then ``joint[i] = aug[i] @ joint[i - 1]``. Some later code (e.g. ``vit-explain``, for
     vision Transformers) also offers a max or min over heads; here, as in the
     paper, heads are averaged.
 

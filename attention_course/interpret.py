@@ -57,9 +57,9 @@ def attention_rollout(attentions: Sequence[torch.Tensor]) -> torch.Tensor:
     No PyTorch or Hugging Face built-in computes this. It is the computation
     of ``compute_joint_attention`` in the authors' code
     (github.com/samiraabnar/attention_flow): ``att + I``, divided by its row
-    sums, then ``joint[i] = aug[i] @ joint[i - 1]``. Some later code (e.g. ``vit-explain``, for
-    vision Transformers) also offers a max or min over heads; here, as in the
-    paper, heads are averaged.
+    sums, then ``joint[i] = aug[i] @ joint[i - 1]``. Some later code (e.g.
+    ``vit-explain``, for vision Transformers) also offers a max or min over
+    heads; here, as in the paper, heads are averaged.
 
     Shapes:
         attentions: a non-empty list of ``L`` tensors ``(B, H, T, T)`` (H may

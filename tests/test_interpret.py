@@ -188,3 +188,21 @@ def test_induction_head_on_repeated_tokens_scores_one():
         w[:, 0, i, i - period + 1 if i >= period else i] = 1.0
     assert ids[:, period:].eq(ids[:, :period]).all()
     assert induction_scores(w, period).item() == 1.0
+
+
+def test_checker_accepts_the_papers_half_and_half_form():
+    """0.5 W + 0.5 I is the paper's form: equal values, and gradients that differ from the
+    renormalised form only by a per-row constant, which the softmax behind real weights
+    removes (a simulated student's correct answer was once failed on its gradient)."""
+    from attention_course.checks import check_attention_rollout
+
+    def half_and_half(attentions):
+        rollout = None
+        for a in attentions:
+            w = a.mean(dim=1)  # (B, H, T, T) -> (B, T, T)
+            step = 0.5 * w + 0.5 * torch.eye(w.shape[-1], dtype=w.dtype)
+            rollout = step if rollout is None else step @ rollout
+        return rollout
+
+    report = check_attention_rollout(half_and_half)
+    assert report.passed, str(report)

@@ -145,16 +145,24 @@ def _compare_case(candidate, make_attentions):
 
 
 def _grad_case(candidate):
+    # The gradients are compared with respect to the *scores* the weights come from
+    # (weights = softmax(scores)), as in a real model. With respect to the weights
+    # themselves, correct forms differ by a per-row constant (e.g. the paper's
+    # 0.5 W + 0.5 I vs renormalising W + I), which a softmax removes.
     def run():
-        attentions = [_weights(1, 2, 4, seed=31), _weights(1, 3, 4, seed=32)]
-        mine, theirs = [leaf(w) for w in attentions], [leaf(w) for w in attentions]
-        expected = ref.attention_rollout(theirs)
-        got = call_student(candidate, mine, what=_describe(attentions))
+        scores = [randn(1, 2, 4, 4, seed=31) * 1.5, randn(1, 3, 4, 4, seed=32) * 1.5]
+        mine, theirs = [leaf(s) for s in scores], [leaf(s) for s in scores]
+        attentions = [s.softmax(dim=-1) for s in mine]
+        expected = ref.attention_rollout([s.softmax(dim=-1) for s in theirs])
+        got = call_student(candidate, attentions, what=_describe(attentions))
         expect_close(got, expected, "the rollout", mistakes=_mistakes(attentions))
         expect_same_grads(
             got,
             expected,
-            {f"`attentions[{i}]`": (m, t) for i, (m, t) in enumerate(zip(mine, theirs))},
+            {
+                f"the scores behind `attentions[{i}]`": (m, t)
+                for i, (m, t) in enumerate(zip(mine, theirs))
+            },
         )
 
     return run

@@ -78,6 +78,8 @@ REQUIRED_MODES: dict[str, set[str]] = {
     "causal_self_attention": _GRAD
     | _TRAIN_EVAL_DROPOUT
     | {"causality", "T=1", "odd T", "H=1", "B>1"},
+    "attention_rollout": _GRAD
+    | {"L=1", "L>1", "H differs between layers", "causal", "B>1", "T=1", "dtype=float32"},
 }
 
 EXEMPT: dict[tuple[str, str], str] = {

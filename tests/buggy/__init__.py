@@ -8,7 +8,17 @@ implementation's docstring says what is wrong with it.
 
 import attention_course as ac
 
-from . import attention, ffn_positional, gpt, masking, multihead, norms, sampling, transformer
+from . import (
+    attention,
+    ffn_positional,
+    gpt,
+    interpret,
+    masking,
+    multihead,
+    norms,
+    sampling,
+    transformer,
+)
 
 # The reference implementation of every checker's target: the checker must accept it.
 REFERENCES = {
@@ -30,6 +40,7 @@ REFERENCES = {
     # Part V
     "filter_logits": ac.filter_logits,
     "causal_self_attention": ac.CausalSelfAttention,
+    "attention_rollout": ac.attention_rollout,
 }
 
 CATALOGUE = [
@@ -41,4 +52,5 @@ CATALOGUE = [
     *transformer.CATALOGUE,
     *sampling.CATALOGUE,
     *gpt.CATALOGUE,
+    *interpret.CATALOGUE,
 ]

@@ -57,6 +57,11 @@ from .sampling import filter_logits, generate
 from .tokenizer import CharTokenizer
 from .train import evaluate_lm, train_language_model
 
+# isort: split
+# Part V, chapter 16: the modern block.
+from .ffn import SwiGLU
+from .norms import RMSNorm
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -106,4 +111,6 @@ __all__ = [
     "train_language_model",
     "attention_rollout",
     "induction_scores",
+    "RMSNorm",
+    "SwiGLU",
 ]

@@ -49,3 +49,67 @@ class PositionwiseFeedForward(nn.Module):
         hidden = self.linear1(x)  # (B, T, D) -> (B, T, F)
         hidden = F.relu(hidden) if self.activation == "relu" else F.gelu(hidden)
         return self.linear2(self.dropout(hidden))  # (B, T, F) -> (B, T, D)
+
+
+class SwiGLU(nn.Module):
+    """The gated feed-forward network of LLaMA (Shazeer, 2020, "GLU Variants Improve Transformer").
+
+    .. math:: \\mathrm{SwiGLU}(x) = W_2\\,(\\mathrm{SiLU}(W_1 x) \\odot W_3 x)
+
+    ``w1`` is the gate (through SiLU, ``x * sigmoid(x)``), ``w3`` the up projection
+    (no activation) and ``w2`` the down projection, all ``nn.Linear`` (LLaMA's names;
+    Hugging Face ``LlamaMLP`` calls them ``gate_proj``, ``up_proj``, ``down_proj``).
+    Without biases it has ``3 * d_model * d_ff`` weights: three matrices instead of two,
+    so ``d_ff = 2/3 * 4 * d_model`` keeps the count of a ``4 * d_model`` ReLU FFN.
+    PyTorch has no built-in.
+
+    Shapes:
+        x: ``(B, T, D)`` (any leading axes); hidden ``(B, T, F)``; returns ``(B, T, D)``.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False) -> None:
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        check_positive_int("d_ff", d_ff)
+        if not isinstance(bias, bool):
+            raise ValueError(f"bias: got {bias!r}, expected True or False")
+        self.w1 = nn.Linear(d_model, d_ff, bias=bias)  # gate
+        self.w3 = nn.Linear(d_model, d_ff, bias=bias)  # up
+        self.w2 = nn.Linear(d_ff, d_model, bias=bias)  # down
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        require_float("x", x)
+        if x.dim() < 1 or x.shape[-1] != self.w1.in_features:
+            raise ValueError(
+                f"x: got shape {shape_str(x.shape)}, expected (..., d_model={self.w1.in_features})"
+            )
+        gate = F.silu(self.w1(x))  # (B, T, D) -> (B, T, F); SiLU on the gate only
+        up = self.w3(x)  # (B, T, D) -> (B, T, F)
+        return self.w2(gate * up)  # (B, T, F) -> (B, T, D)
+
+
+def swiglu_hidden_size(d_model: int, multiple_of: int = 8) -> int:
+    """LLaMA's SwiGLU width: ``2/3 * 4 * d_model`` rounded up to a multiple of ``multiple_of``.
+
+    Three ``D x F`` matrices with ``F = 8 D / 3`` hold as many weights as the two of a
+    ``4 D`` ReLU FFN; LLaMA (Touvron et al., 2023) rounds up to a multiple of 256, this
+    course to 8 (e.g. ``d_model=128 -> 344``).
+    """
+    check_positive_int("d_model", d_model)
+    check_positive_int("multiple_of", multiple_of)
+    hidden = 2 * 4 * d_model // 3  # int(2 * 4 * d / 3), as LLaMA's int(2 * hidden_dim / 3)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)  # round up
+
+
+def make_ffn(ffn: str, d_model: int, d_ff: int, dropout: float = 0.0) -> nn.Module:
+    """The feed-forward network a :class:`~attention_course.GPT` block uses.
+
+    ``"relu"`` / ``"gelu"``: :class:`PositionwiseFeedForward` (with biases, and dropout on
+    the hidden layer); ``"swiglu"``: :class:`SwiGLU` without biases (as LLaMA; no dropout
+    inside, the block's residual dropout still applies).
+    """
+    if ffn in _ACTIVATIONS:
+        return PositionwiseFeedForward(d_model, d_ff, dropout, activation=ffn)
+    if ffn == "swiglu":
+        return SwiGLU(d_model, d_ff, bias=False)
+    raise ValueError(f"ffn: got {ffn!r}, expected one of {_ACTIVATIONS + ('swiglu',)}")

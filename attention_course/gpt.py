@@ -19,9 +19,10 @@ from torch import nn
 from ._validate import check_positive_int, check_probability, require_float, require_ndim
 from .efficient import AttentionCache, FusedMask, KVCache, prepare_fused_mask
 from .embedding import check_token_ids
-from .ffn import PositionwiseFeedForward
+from .ffn import make_ffn, swiglu_hidden_size
 from .masking import causal_mask
 from .multihead import MultiHeadAttention, split_heads
+from .norms import RMSNorm, make_norm
 from .positional import sinusoidal_positional_encoding
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
@@ -152,13 +153,20 @@ class GPTBlock(nn.Module):
     """
 
     def __init__(
-        self, d_model: int, num_heads: int, d_ff: int, dropout: float, ffn: str, max_len: int
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float,
+        ffn: str,
+        max_len: int,
+        norm: str = "layer",
     ) -> None:
         super().__init__()
-        self.norm1 = nn.LayerNorm(d_model)
+        self.norm1 = make_norm(norm, d_model)
         self.attn = CausalSelfAttention(d_model, num_heads, dropout=dropout, max_len=max_len)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation=ffn)
+        self.norm2 = make_norm(norm, d_model)
+        self.ffn = make_ffn(ffn, d_model, d_ff, dropout)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x, mask=None, need_weights: bool = False, cache=None):
@@ -191,11 +199,18 @@ class GPT(nn.Module):
     - The feed-forward ``"gelu"`` is the exact (erf) GELU, as ``F.gelu`` and
       ``nn.TransformerEncoderLayer(activation="gelu")``; GPT-2 uses the tanh
       approximation.
+    - ``norm="rms"`` (chapter 16) uses :class:`~attention_course.RMSNorm` (``eps=None``,
+      as ``nn.RMSNorm``) for ``norm1``, ``norm2`` and the final ``norm``.
+    - ``ffn="swiglu"`` (chapter 16) uses a bias-free :class:`~attention_course.SwiGLU`;
+      its ``w2`` gets the residual initialisation. With ``d_ff=None`` its width is
+      LLaMA's ``2/3 * 4 * d_model`` rounded up to a multiple of 8 (``d_model=128 ->
+      344``), which keeps the FFN's weights close to a ``4 * d_model`` GELU FFN's;
+      the other FFNs default to ``4 * d_model``.
 
-    This chapter implements ``pos`` "learned", "sinusoidal" and "none", ``norm="layer"``,
-    ``ffn`` "relu" and "gelu", ``num_kv_heads=None`` and ``window=None``; the other
-    values raise ``NotImplementedError`` naming the chapter that adds them
-    ("rope", "alibi": 14; ``num_kv_heads``, ``window``: 15; "rms", "swiglu": 16).
+    This chapter implements ``pos`` "learned", "sinusoidal" and "none", ``norm`` "layer"
+    and "rms", ``ffn`` "relu", "gelu" and "swiglu", ``num_kv_heads=None`` and
+    ``window=None``; the other values raise ``NotImplementedError`` naming the chapter
+    that adds them ("rope", "alibi": 14; ``num_kv_heads``, ``window``: 15).
 
     ``forward(ids, return_attention=True)`` also returns a list with each layer's
     attention weights ``(B, H, T, S)``. With ``cache`` (from :meth:`new_cache`) ``ids``
@@ -237,7 +252,8 @@ class GPT(nn.Module):
             ("max_len", max_len),
         ):
             check_positive_int(name, value)
-        d_ff = 4 * d_model if d_ff is None else d_ff
+        if d_ff is None:
+            d_ff = swiglu_hidden_size(d_model) if ffn == "swiglu" else 4 * d_model
         check_positive_int("d_ff", d_ff)
         check_probability("dropout", dropout)
         _check_choice("pos", pos, POSITIONS)
@@ -261,10 +277,6 @@ class GPT(nn.Module):
             raise _not_yet("num_kv_heads != num_heads (grouped keys and values)", 15)
         if window is not None:
             raise _not_yet("window (sliding-window attention)", 15)
-        if norm == "rms":
-            raise _not_yet("norm='rms' (RMSNorm)", 16)
-        if ffn == "swiglu":
-            raise _not_yet("ffn='swiglu' (SwiGLU)", 16)
 
         self.vocab_size = vocab_size
         self.d_model = d_model
@@ -284,9 +296,10 @@ class GPT(nn.Module):
             self.register_buffer("pos_table", table, persistent=False)
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            GPTBlock(d_model, num_heads, d_ff, dropout, ffn, max_len) for _ in range(num_layers)
+            GPTBlock(d_model, num_heads, d_ff, dropout, ffn, max_len, norm)
+            for _ in range(num_layers)
         )
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = make_norm(norm, d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         self.reset_parameters()
         if tie_weights:
@@ -320,9 +333,12 @@ class GPT(nn.Module):
             elif isinstance(module, nn.LayerNorm):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
+            elif isinstance(module, RMSNorm) and module.weight is not None:
+                nn.init.ones_(module.weight)
         for block in self.blocks:
             nn.init.normal_(block.attn.w_o.weight, 0.0, residual_std)
-            nn.init.normal_(block.ffn.linear2.weight, 0.0, residual_std)
+            down = block.ffn.w2 if self.ffn_type == "swiglu" else block.ffn.linear2
+            nn.init.normal_(down.weight, 0.0, residual_std)
 
     def new_cache(self) -> KVCache:
         """An empty KV cache (chapter 12's :class:`~attention_course.KVCache`) for this model."""

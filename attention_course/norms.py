@@ -151,3 +151,87 @@ class BatchNorm1d(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalisation (Zhang & Sennrich, 2019). Matches ``nn.RMSNorm``.
+
+    .. math:: y = \\frac{x}{\\sqrt{\\frac{1}{n}\\sum_i x_i^2 + \\epsilon}} \\gamma
+
+    LayerNorm without the mean: no centring and no ``bias``, only a rescaling by
+    the root mean square over the trailing ``normalized_shape`` axes (eps inside
+    the root). ``weight`` (gamma, initialised to ones) has shape
+    ``normalized_shape`` and the same ``state_dict`` key as ``nn.RMSNorm``;
+    ``elementwise_affine=False`` leaves it out (``weight`` is ``None``).
+
+    ``eps=None`` uses, as PyTorch does, the machine epsilon of the dtype the
+    computation runs in: ``torch.finfo(torch.float32).eps`` (about 1.2e-7) for
+    float32, float16 and bfloat16 inputs (the last two are computed in float32,
+    then cast back), ``torch.finfo(torch.float64).eps`` for float64. LLaMA
+    passes an explicit ``eps`` (1e-6 or 1e-5); Hugging Face: ``LlamaRMSNorm``.
+
+    Shapes:
+        x: ``(*, *normalized_shape)``; returns the same shape.
+    """
+
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float | None = None,
+        elementwise_affine: bool = True,
+    ) -> None:
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        normalized_shape = tuple(normalized_shape)
+        if not normalized_shape:
+            raise ValueError("normalized_shape: got (), expected at least one dimension")
+        for size in normalized_shape:
+            check_positive_int("normalized_shape", size)
+        if eps is not None and (isinstance(eps, bool) or not eps >= 0):
+            raise ValueError(f"eps: got {eps!r}, expected None or a number >= 0")
+        self.normalized_shape = normalized_shape
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.ones(normalized_shape))
+        else:
+            self.register_parameter("weight", None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        require_float("x", x)
+        n = len(self.normalized_shape)
+        if x.dim() < n or tuple(x.shape[x.dim() - n :]) != self.normalized_shape:
+            raise ValueError(
+                f"x: got shape {shape_str(x.shape)}, expected trailing dimensions "
+                f"{shape_str(self.normalized_shape)} (normalized_shape)"
+            )
+        dtype = x.dtype
+        if dtype in LOW_PRECISION:
+            x = x.float()  # compute in float32, as PyTorch does
+        eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps  # the computation's eps
+        dims = tuple(range(-n, 0))  # the normalised axes, e.g. (-1,) or (-3, -2, -1)
+        mean_square = (x * x).mean(dim=dims, keepdim=True)  # (*, 1, ..., 1); no mean subtracted
+        y = x * torch.rsqrt(mean_square + eps)  # divide by the RMS: eps inside the root
+        if self.elementwise_affine:
+            y = y * self.weight
+        return y.to(dtype)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        )
+
+
+def make_norm(norm: str, d_model: int) -> nn.Module:
+    """The normalisation layer a :class:`~attention_course.GPT` block uses.
+
+    ``"layer"``: ``torch.nn.LayerNorm(d_model)`` (PyTorch's fused kernel; chapter 7's
+    :class:`LayerNorm` computes the same); ``"rms"``: :class:`RMSNorm` ``(d_model)`` with
+    ``eps=None`` (the dtype's machine epsilon, as ``nn.RMSNorm``).
+    """
+    if norm == "layer":
+        return nn.LayerNorm(d_model)
+    if norm == "rms":
+        return RMSNorm(d_model)
+    raise ValueError(f"norm: got {norm!r}, expected one of ('layer', 'rms')")

@@ -217,8 +217,6 @@ def test_gpt_rejects_bad_arguments_and_inputs():
         ({"pos": "alibi"}, 14),
         ({"num_kv_heads": 2}, 15),
         ({"window": 8}, 15),
-        ({"norm": "rms"}, 16),
-        ({"ffn": "swiglu"}, 16),
     ):
         with pytest.raises(NotImplementedError, match=f"chapter {chapter}"):
             GPT(V, d_model=16, num_heads=4, **kwargs)

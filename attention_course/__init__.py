@@ -52,6 +52,7 @@ from .transformer import (
 # Part V (chapters 13-17): decoder-only language models.
 from .gpt import GPT, CausalSelfAttention, load_gpt_checkpoint
 from .ngram import NGramModel
+from .positions import alibi_bias, alibi_slopes, apply_rope
 from .sampling import filter_logits, generate
 from .tokenizer import CharTokenizer
 from .train import evaluate_lm, train_language_model
@@ -103,4 +104,7 @@ __all__ = [
     "generate",
     "load_gpt_checkpoint",
     "train_language_model",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_rope",
 ]

@@ -53,6 +53,7 @@ from .transformer import (
 from .gpt import GPT, CausalSelfAttention, load_gpt_checkpoint
 from .interpret import attention_rollout, induction_scores
 from .ngram import NGramModel
+from .positions import alibi_bias, alibi_slopes, apply_rope
 from .sampling import filter_logits, generate
 from .tokenizer import CharTokenizer
 from .train import evaluate_lm, train_language_model
@@ -113,4 +114,7 @@ __all__ = [
     "induction_scores",
     "RMSNorm",
     "SwiGLU",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_rope",
 ]

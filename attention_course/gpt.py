@@ -24,6 +24,7 @@ from .masking import causal_mask
 from .multihead import MultiHeadAttention, split_heads
 from .norms import RMSNorm, make_norm
 from .positional import sinusoidal_positional_encoding
+from .positions import alibi_causal_mask, apply_rope
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 NORMS = ("layer", "rms")
@@ -58,10 +59,16 @@ class CausalSelfAttention(MultiHeadAttention):
     with copied weights (its ``in_proj_weight`` stacks ``w_q, w_k, w_v``). Hugging Face:
     the attention module of ``GPT2Model`` (``GPT2Attention``), which has biases.
 
-    Arguments for later chapters: ``pos`` ("rope", "alibi": chapter 14),
-    ``num_kv_heads != num_heads`` (grouped keys and values) and ``window``
-    (sliding-window attention) (chapter 15) raise ``NotImplementedError`` here; an
-    invalid value raises ``ValueError`` already (``num_heads % num_kv_heads != 0`` too).
+    ``pos`` (chapter 14): ``"rope"`` rotates ``q`` and ``k`` after the projections
+    (:func:`~attention_course.apply_rope`, at absolute positions: cached keys are stored
+    already rotated, and new queries are rotated at ``cache.length + t``);
+    ``"alibi"`` adds :func:`~attention_course.alibi_bias` to the scores through the
+    causal mask (one additive float mask ``(H, T, S)``).
+
+    Arguments for later chapters: ``num_kv_heads != num_heads`` (grouped keys and
+    values) and ``window`` (sliding-window attention) (chapter 15) raise
+    ``NotImplementedError`` here; an invalid value raises ``ValueError`` already
+    (``num_heads % num_kv_heads != 0`` too).
 
     Attention weights: ``forward(x, need_weights=True)`` returns ``(out, weights)`` with
     ``weights (B, H, T, S)`` per head (the softmax, after the mask: each row sums to 1,
@@ -97,8 +104,6 @@ class CausalSelfAttention(MultiHeadAttention):
         if window is not None:
             check_positive_int("window", window)
         check_positive_int("max_len", max_len)
-        if pos is not None:
-            raise _not_yet(f"pos={pos!r} (rotary / ALiBi positions)", 14)
         if num_kv_heads != num_heads:
             raise _not_yet("num_kv_heads != num_heads (grouped keys and values)", 15)
         if window is not None:
@@ -111,7 +116,10 @@ class CausalSelfAttention(MultiHeadAttention):
     def causal_mask_for(self, T: int, S: int, device, dtype, need_weights: bool):
         """The mask of ``T`` new queries that are the last of ``S`` positions: None when a
         single query may see every key; a bool mask for the weights path; a
-        :class:`~attention_course.efficient.FusedMask` for the fused kernel."""
+        :class:`~attention_course.efficient.FusedMask` for the fused kernel. With ALiBi,
+        an additive float mask ``(H, T, S)``: the bias, ``-inf`` above the diagonal."""
+        if self.pos == "alibi":
+            return alibi_causal_mask(self.num_heads, T, S, device, dtype, need_weights)
         if T == 1:
             return None
         mask = causal_mask(T, device, S=S)  # (T, S) bool
@@ -139,6 +147,10 @@ class CausalSelfAttention(MultiHeadAttention):
         q = split_heads(self.w_q(x), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
         k = split_heads(self.w_k(x), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
         v = split_heads(self.w_v(x), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
+        if self.pos == "rope":  # rotate at absolute positions: after the cached ones
+            start = cache.length if cache is not None else 0
+            positions = torch.arange(start, start + T, device=x.device)  # (T,)
+            q, k = apply_rope(q, positions), apply_rope(k, positions)  # (B, H, T, Dh) each
         out, weights = self.attend(q, k, v, mask, need_weights, cache)
         return (out, weights) if need_weights else out
 
@@ -161,10 +173,13 @@ class GPTBlock(nn.Module):
         ffn: str,
         max_len: int,
         norm: str = "layer",
+        pos: str | None = None,
     ) -> None:
         super().__init__()
         self.norm1 = make_norm(norm, d_model)
-        self.attn = CausalSelfAttention(d_model, num_heads, dropout=dropout, max_len=max_len)
+        self.attn = CausalSelfAttention(
+            d_model, num_heads, dropout=dropout, pos=pos, max_len=max_len
+        )
         self.norm2 = make_norm(norm, d_model)
         self.ffn = make_ffn(ffn, d_model, d_ff, dropout)
         self.dropout = nn.Dropout(dropout)
@@ -209,8 +224,9 @@ class GPT(nn.Module):
 
     This chapter implements ``pos`` "learned", "sinusoidal" and "none", ``norm`` "layer"
     and "rms", ``ffn`` "relu", "gelu" and "swiglu", ``num_kv_heads=None`` and
-    ``window=None``; the other values raise ``NotImplementedError`` naming the chapter
-    that adds them ("rope", "alibi": 14; ``num_kv_heads``, ``window``: 15).
+    ``window=None``; chapter 14 adds ``pos`` "rope" and "alibi" (inside attention: see
+    :class:`CausalSelfAttention`); ``num_kv_heads`` and ``window`` raise
+    ``NotImplementedError`` naming chapter 15, which adds them.
 
     ``forward(ids, return_attention=True)`` also returns a list with each layer's
     attention weights ``(B, H, T, S)``. With ``cache`` (from :meth:`new_cache`) ``ids``
@@ -271,8 +287,6 @@ class GPT(nn.Module):
                 )
         if window is not None:
             check_positive_int("window", window)
-        if pos in ("rope", "alibi"):
-            raise _not_yet(f"pos={pos!r}", 14)
         if num_kv_heads is not None and num_kv_heads != num_heads:
             raise _not_yet("num_kv_heads != num_heads (grouped keys and values)", 15)
         if window is not None:
@@ -295,8 +309,9 @@ class GPT(nn.Module):
             table = sinusoidal_positional_encoding(max_len, d_model)
             self.register_buffer("pos_table", table, persistent=False)
         self.drop = nn.Dropout(dropout)
+        attention_pos = pos if pos in ("rope", "alibi") else None  # inside attention (ch. 14)
         self.blocks = nn.ModuleList(
-            GPTBlock(d_model, num_heads, d_ff, dropout, ffn, max_len, norm)
+            GPTBlock(d_model, num_heads, d_ff, dropout, ffn, max_len, norm, pos=attention_pos)
             for _ in range(num_layers)
         )
         self.norm = make_norm(norm, d_model)

@@ -107,7 +107,7 @@ EXEMPT: dict[tuple[str, str], str] = {
         "exercise 13 asks for (d_model, num_heads, bias, dropout) only"
     ),
     ("causal_self_attention", "pos"): (
-        "rotary / ALiBi positions are chapter 14's (the reference raises NotImplementedError); "
+        "rotary / ALiBi positions are chapter 14's (tested in tests/test_positions.py); "
         "exercise 13 asks for (d_model, num_heads, bias, dropout) only"
     ),
     ("causal_self_attention", "window"): (

@@ -75,8 +75,6 @@ def test_causal_self_attention_rejects_bad_arguments():
         CausalSelfAttention(16, 5)
     with pytest.raises(ValueError, match="pos"):
         CausalSelfAttention(16, 4, pos="learned")
-    with pytest.raises(NotImplementedError, match="chapter 14"):
-        CausalSelfAttention(16, 4, pos="rope")
     with pytest.raises(NotImplementedError, match="chapter 15"):
         CausalSelfAttention(16, 4, num_kv_heads=2)
     with pytest.raises(NotImplementedError, match="chapter 15"):
@@ -213,8 +211,6 @@ def test_gpt_rejects_bad_arguments_and_inputs():
         with pytest.raises(ValueError, match=name):
             GPT(V, **{"d_model": 16, "num_heads": 4, **kwargs})
     for kwargs, chapter in (
-        ({"pos": "rope"}, 14),
-        ({"pos": "alibi"}, 14),
         ({"num_kv_heads": 2}, 15),
         ({"window": 8}, 15),
     ):

@@ -1,0 +1,157 @@
+"""Relative positions inside attention (chapter 14): rotary embeddings and ALiBi.
+
+Chapter 9's positions are *added to the embeddings*; these act inside attention,
+on the queries and keys (RoPE) or on the scores (ALiBi), so that a score depends on
+how far apart two tokens are rather than where they are.
+
+- RoPE (rotary position embedding, 旋转位置编码; Su et al., 2021, "RoFormer: Enhanced
+  Transformer with Rotary Position Embedding"): rotate each pair of query/key
+  features by an angle proportional to the position. Rotations compose, so
+  ``rope(q, m) . rope(k, n)`` depends on ``m - n`` only.
+- ALiBi (Press et al., 2022, "Train Short, Test Long: Attention with Linear Biases
+  Enables Input Length Extrapolation"): add ``-slope_h * (i - j)`` to the score of
+  query ``i`` and key ``j``, one fixed slope per head.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._validate import check_positive_int, require_float, shape_str
+from .efficient import prepare_fused_mask
+from .masking import causal_mask
+
+
+def _check_positions(positions: torch.Tensor, x: torch.Tensor) -> None:
+    if not isinstance(positions, torch.Tensor):
+        raise ValueError(
+            f"positions: got {type(positions).__name__}, expected an integer tensor (T,) or (B, T)"
+        )
+    if positions.dtype == torch.bool or positions.is_floating_point() or positions.is_complex():
+        raise ValueError(f"positions: got dtype {positions.dtype}, expected an integer dtype")
+    T = x.shape[-2]
+    if positions.dim() == 1 and positions.shape[0] == T:
+        return
+    if positions.dim() == 2 and x.dim() >= 3 and positions.shape == (x.shape[0], T):
+        return
+    expected = f"({T},) or (B={x.shape[0]}, {T})" if x.dim() >= 3 else f"({T},)"
+    raise ValueError(f"positions: got shape {shape_str(positions.shape)}, expected {expected}")
+
+
+def apply_rope(
+    x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0
+) -> torch.Tensor:
+    """Rotary position embedding (RoPE) of queries or keys, in the half-split layout.
+
+    Feature ``i`` is paired with feature ``i + Dh/2`` (the GPT-NeoX / Hugging Face
+    LLaMA layout), and the pair is rotated by ``theta_i = p * base^(-2i/Dh)`` at
+    position ``p``:
+
+    .. math::
+        \\mathrm{out}_i = x_i \\cos\\theta_i - x_{i + D_h/2} \\sin\\theta_i, \\quad
+        \\mathrm{out}_{i + D_h/2} = x_{i + D_h/2} \\cos\\theta_i + x_i \\sin\\theta_i
+
+    RoFormer and GPT-J pair *adjacent* features ``(2i, 2i + 1)`` instead
+    (interleaved): the same rotation up to a fixed permutation of the features,
+    but weights trained with one layout are wrong under the other.
+
+    Hugging Face counterpart: ``apply_rotary_pos_emb(q, k, cos, sin)`` of
+    ``transformers.models.llama.modeling_llama`` (its ``rotate_half`` is the
+    ``(-x2, x1)`` below). PyTorch has no built-in.
+
+    Shapes:
+        x: ``(..., T, Dh)`` with ``Dh`` even; positions: ints ``(T,)`` or ``(B, T)``
+        (``B = x.shape[0]``; one row of positions per sequence), default
+        ``arange(T)``; returns the shape of ``x``.
+    """
+    require_float("x", x)
+    if x.dim() < 2:
+        raise ValueError(f"x: got shape {shape_str(x.shape)}, expected (..., T, Dh)")
+    T, Dh = x.shape[-2], x.shape[-1]
+    if Dh % 2 != 0:
+        raise ValueError(f"x: got Dh={Dh} features, expected an even number (features pair up)")
+    if not isinstance(base, (int, float)) or isinstance(base, bool) or not base > 0:
+        raise ValueError(f"base: got {base!r}, expected a positive number")
+    if positions is None:
+        positions = torch.arange(T, device=x.device)  # (T,)
+    _check_positions(positions, x)
+    # Angles in float32 at least (as Hugging Face does): positions * frequencies lose
+    # precision in half precision long before the sequence ends.
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    half = Dh // 2
+    i = torch.arange(half, device=x.device, dtype=work)  # (Dh/2,)
+    inv_freq = base ** (-2 * i / Dh)  # (Dh/2,): base^(-2i/Dh)
+    angles = positions.to(work)[..., None] * inv_freq  # (T, Dh/2) or (B, T, Dh/2)
+    if positions.dim() == 2:  # (B, T, Dh/2) -> (B, 1, .., 1, T, Dh/2), one 1 per middle axis
+        angles = angles.view(angles.shape[0], *([1] * (x.dim() - 3)), T, half)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]  # (..., T, Dh/2) each: the two halves of each pair
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)  # (..., T, Dh)
+
+
+def _power_of_two_slopes(n: int) -> list[float]:
+    return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+
+
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """ALiBi's per-head slopes: a geometric sequence ``2^(-8/H), 2^(-16/H), .., 2^(-8)``.
+
+    For ``H`` a power of 2, ``slope_h = 2^(-8 (h + 1) / H)`` (8 heads: 1/2, 1/4, ..,
+    1/256). Otherwise the paper's rule (Press et al., 2022, and their code): with
+    ``n = 2^floor(log2 H)``, the ``n`` slopes for ``n`` heads, then the first
+    ``H - n`` of the slopes for ``2n`` heads taken at even indices (0, 2, 4, ..),
+    i.e. slopes that lie between the first ones.
+
+    Hugging Face counterpart: ``build_alibi_tensor``'s slopes in
+    ``transformers.models.bloom.modeling_bloom``.
+
+    Shapes: returns float32 ``(H,)``.
+    """
+    check_positive_int("num_heads", num_heads)
+    n = 2 ** int(math.floor(math.log2(num_heads)))
+    slopes = _power_of_two_slopes(n)
+    if n < num_heads:
+        slopes += _power_of_two_slopes(2 * n)[0::2][: num_heads - n]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+def alibi_bias(
+    num_heads: int, T: int, S: int | None = None, device=None, dtype=torch.float32
+) -> torch.Tensor:
+    """ALiBi's additive score bias: ``-slope_h * (distance from query to key)``.
+
+    The ``T`` queries are the *last* ``T`` of ``S`` positions (with a KV cache, the
+    new tokens after ``S - T`` cached ones): query ``i`` sits at absolute position
+    ``i + S - T``, and ``bias[h, i, j] = -slope_h * ((i + S - T) - j)`` for every key
+    ``j <= i + S - T``. Entries above that diagonal are 0 here; the causal mask
+    removes them.
+
+    Hugging Face counterpart: ``build_alibi_tensor`` (BLOOM) adds ``slope_h * j``
+    instead, which differs per row by a constant and so gives the same softmax.
+
+    Shapes: returns ``(H, T, S)`` in ``dtype``; ``S`` defaults to ``T``.
+    """
+    S = T if S is None else S
+    check_positive_int("num_heads", num_heads)
+    check_positive_int("T", T)
+    check_positive_int("S", S)
+    if S < T:
+        raise ValueError(f"S: got {S}, expected at least T={T} (the queries are among the keys)")
+    slopes = alibi_slopes(num_heads).to(device=device, dtype=dtype)  # (H,)
+    query_pos = torch.arange(S - T, S, device=device)  # (T,): absolute positions
+    key_pos = torch.arange(S, device=device)  # (S,)
+    # j - i <= 0 for keys at or before the query; clamped to 0 after it (future keys)
+    offset = (key_pos[None, :] - query_pos[:, None]).clamp(max=0)  # (1, S) - (T, 1) -> (T, S)
+    return slopes[:, None, None] * offset.to(dtype)  # (H, 1, 1) * (T, S) -> (H, T, S)
+
+
+def alibi_causal_mask(num_heads: int, T: int, S: int, device, dtype, need_weights: bool):
+    """ALiBi's bias with the causal mask in it, as one additive float mask ``(H, T, S)``
+    (``-inf`` above the diagonal): a float tensor for the weights path, a
+    :class:`~attention_course.efficient.FusedMask` for the fused kernel."""
+    bias = alibi_bias(num_heads, T, S, device=device, dtype=dtype)  # (H, T, S)
+    keep = causal_mask(T, device, S=S)  # (T, S) bool, True = may attend
+    mask = bias.masked_fill(~keep, float("-inf"))  # (H, T, S)
+    return mask if need_weights else prepare_fused_mask(mask, dtype)

@@ -51,6 +51,7 @@ from .transformer import (
 # isort: split
 # Part V (chapters 13-17): decoder-only language models.
 from .gpt import GPT, CausalSelfAttention, load_gpt_checkpoint
+from .kv import repeat_kv, sliding_window_mask
 from .ngram import NGramModel
 from .sampling import filter_logits, generate
 from .tokenizer import CharTokenizer
@@ -103,4 +104,6 @@ __all__ = [
     "generate",
     "load_gpt_checkpoint",
     "train_language_model",
+    "repeat_kv",
+    "sliding_window_mask",
 ]

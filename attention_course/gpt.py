@@ -20,6 +20,7 @@ from ._validate import check_positive_int, check_probability, require_float, req
 from .efficient import AttentionCache, FusedMask, KVCache, prepare_fused_mask
 from .embedding import check_token_ids
 from .ffn import PositionwiseFeedForward
+from .kv import RollingAttentionCache, repeat_kv, sliding_window_mask
 from .masking import causal_mask
 from .multihead import MultiHeadAttention, split_heads
 from .positional import sinusoidal_positional_encoding
@@ -57,10 +58,17 @@ class CausalSelfAttention(MultiHeadAttention):
     with copied weights (its ``in_proj_weight`` stacks ``w_q, w_k, w_v``). Hugging Face:
     the attention module of ``GPT2Model`` (``GPT2Attention``), which has biases.
 
-    Arguments for later chapters: ``pos`` ("rope", "alibi": chapter 14),
-    ``num_kv_heads != num_heads`` (grouped keys and values) and ``window``
-    (sliding-window attention) (chapter 15) raise ``NotImplementedError`` here; an
-    invalid value raises ``ValueError`` already (``num_heads % num_kv_heads != 0`` too).
+    Chapter 15: ``num_kv_heads`` (grouped keys and values; 1 is multi-query attention):
+    ``w_k`` and ``w_v`` map ``D -> Hkv * Dh`` and query head ``h`` uses key/value head
+    ``h // (H / Hkv)`` (:func:`~attention_course.repeat_kv`; as
+    ``F.scaled_dot_product_attention(..., enable_gqa=True)``); the cache stores the
+    ``Hkv`` heads only. ``window``: the causal mask intersected with
+    :func:`~attention_course.sliding_window_mask`; the cache must then be a
+    :class:`~attention_course.kv.RollingAttentionCache` (at most ``window`` positions).
+
+    Arguments for later chapters: ``pos`` ("rope", "alibi": chapter 14) raises
+    ``NotImplementedError`` here; an invalid value raises ``ValueError`` already
+    (``num_heads % num_kv_heads != 0`` too).
 
     Attention weights: ``forward(x, need_weights=True)`` returns ``(out, weights)`` with
     ``weights (B, H, T, S)`` per head (the softmax, after the mask: each row sums to 1,
@@ -69,7 +77,8 @@ class CausalSelfAttention(MultiHeadAttention):
 
     Shapes:
         x: ``(B, T, D)``; returns ``(B, T, D)``, or ``((B, T, D), (B, H, T, S))`` with
-        ``need_weights=True``; ``S = T`` plus the cached positions.
+        ``need_weights=True``; ``S = T`` plus the cached positions (with a ``window``, plus
+        at most ``window - 1`` of them: those the rolling cache returns).
     """
 
     def __init__(
@@ -98,10 +107,9 @@ class CausalSelfAttention(MultiHeadAttention):
         check_positive_int("max_len", max_len)
         if pos is not None:
             raise _not_yet(f"pos={pos!r} (rotary / ALiBi positions)", 14)
-        if num_kv_heads != num_heads:
-            raise _not_yet("num_kv_heads != num_heads (grouped keys and values)", 15)
-        if window is not None:
-            raise _not_yet("window (sliding-window attention)", 15)
+        if num_kv_heads != num_heads:  # grouped keys and values (chapter 15): D -> Hkv * Dh
+            self.w_k = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
+            self.w_v = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
         self.num_kv_heads = num_kv_heads
         self.pos = pos
         self.window = window
@@ -111,9 +119,14 @@ class CausalSelfAttention(MultiHeadAttention):
         """The mask of ``T`` new queries that are the last of ``S`` positions: None when a
         single query may see every key; a bool mask for the weights path; a
         :class:`~attention_course.efficient.FusedMask` for the fused kernel."""
+        if self.window is not None:  # the rolling cache returns at most window - 1 old positions
+            S = T + min(S - T, self.window - 1)
         if T == 1:
             return None
-        mask = causal_mask(T, device, S=S)  # (T, S) bool
+        if self.window is not None:
+            mask = sliding_window_mask(T, self.window, device, S=S)  # (T, S) bool
+        else:
+            mask = causal_mask(T, device, S=S)  # (T, S) bool
         return mask if need_weights else prepare_fused_mask(mask, dtype)
 
     def forward(
@@ -132,13 +145,23 @@ class CausalSelfAttention(MultiHeadAttention):
                 f"x: got shape {tuple(x.shape)}, expected (B, T, d_model={self.d_model})"
             )
         T = x.shape[1]
+        if self.window is not None and cache is not None:
+            if not isinstance(cache, RollingAttentionCache) or cache.window != self.window:
+                raise ValueError(
+                    f"cache: got {type(cache).__name__}, expected a RollingAttentionCache("
+                    f"window={self.window}) (GPT.new_cache makes one)"
+                )
         if mask is None:
             S = T + (cache.length if cache is not None else 0)
             mask = self.causal_mask_for(T, S, x.device, x.dtype, need_weights)
         q = split_heads(self.w_q(x), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
-        k = split_heads(self.w_k(x), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
-        v = split_heads(self.w_v(x), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
-        out, weights = self.attend(q, k, v, mask, need_weights, cache)
+        k = split_heads(self.w_k(x), self.num_kv_heads)  # (B, T, Hkv*Dh) -> (B, Hkv, T, Dh)
+        v = split_heads(self.w_v(x), self.num_kv_heads)  # (B, T, Hkv*Dh) -> (B, Hkv, T, Dh)
+        if cache is not None:  # the cache stores the Hkv heads, never the repeated copies
+            k, v = cache.update(k, v)  # (B, Hkv, S, Dh) each
+        n_rep = self.num_heads // self.num_kv_heads  # query heads per key/value head
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
+        out, weights = self.attend(q, k, v, mask, need_weights)
         return (out, weights) if need_weights else out
 
 
@@ -152,11 +175,21 @@ class GPTBlock(nn.Module):
     """
 
     def __init__(
-        self, d_model: int, num_heads: int, d_ff: int, dropout: float, ffn: str, max_len: int
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float,
+        ffn: str,
+        max_len: int,
+        num_kv_heads: int | None = None,
+        window: int | None = None,
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(d_model)
-        self.attn = CausalSelfAttention(d_model, num_heads, dropout=dropout, max_len=max_len)
+        self.attn = CausalSelfAttention(
+            d_model, num_heads, num_kv_heads, dropout=dropout, window=window, max_len=max_len
+        )
         self.norm2 = nn.LayerNorm(d_model)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation=ffn)
         self.dropout = nn.Dropout(dropout)
@@ -193,9 +226,10 @@ class GPT(nn.Module):
       approximation.
 
     This chapter implements ``pos`` "learned", "sinusoidal" and "none", ``norm="layer"``,
-    ``ffn`` "relu" and "gelu", ``num_kv_heads=None`` and ``window=None``; the other
-    values raise ``NotImplementedError`` naming the chapter that adds them
-    ("rope", "alibi": 14; ``num_kv_heads``, ``window``: 15; "rms", "swiglu": 16).
+    ``ffn`` "relu" and "gelu"; chapter 15 adds ``num_kv_heads`` (grouped keys and
+    values) and ``window`` (sliding-window attention, with a rolling KV cache from
+    :meth:`new_cache`). The other values raise ``NotImplementedError`` naming the chapter
+    that adds them ("rope", "alibi": 14; "rms", "swiglu": 16).
 
     ``forward(ids, return_attention=True)`` also returns a list with each layer's
     attention weights ``(B, H, T, S)``. With ``cache`` (from :meth:`new_cache`) ``ids``
@@ -257,10 +291,6 @@ class GPT(nn.Module):
             check_positive_int("window", window)
         if pos in ("rope", "alibi"):
             raise _not_yet(f"pos={pos!r}", 14)
-        if num_kv_heads is not None and num_kv_heads != num_heads:
-            raise _not_yet("num_kv_heads != num_heads (grouped keys and values)", 15)
-        if window is not None:
-            raise _not_yet("window (sliding-window attention)", 15)
         if norm == "rms":
             raise _not_yet("norm='rms' (RMSNorm)", 16)
         if ffn == "swiglu":
@@ -276,6 +306,8 @@ class GPT(nn.Module):
         self.norm_type = norm
         self.ffn_type = ffn
         self.tie_weights = tie_weights
+        self.num_kv_heads = num_kv_heads
+        self.window = window
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         if pos == "learned":
             self.pos_emb = nn.Embedding(max_len, d_model)
@@ -284,7 +316,8 @@ class GPT(nn.Module):
             self.register_buffer("pos_table", table, persistent=False)
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            GPTBlock(d_model, num_heads, d_ff, dropout, ffn, max_len) for _ in range(num_layers)
+            GPTBlock(d_model, num_heads, d_ff, dropout, ffn, max_len, num_kv_heads, window)
+            for _ in range(num_layers)
         )
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
@@ -306,6 +339,8 @@ class GPT(nn.Module):
             "norm": self.norm_type,
             "ffn": self.ffn_type,
             "tie_weights": self.tie_weights,
+            "num_kv_heads": self.num_kv_heads,
+            "window": self.window,
         }
 
     @torch.no_grad()
@@ -328,6 +363,9 @@ class GPT(nn.Module):
         """An empty KV cache (chapter 12's :class:`~attention_course.KVCache`) for this model."""
         cache = KVCache()
         cache.start(self.num_layers, None, self.tok_emb.weight.dtype)
+        if self.window is not None:  # chapter 15: each layer keeps only the last window positions
+            for layer in cache.layers:
+                layer.self_attn = RollingAttentionCache(self.window)
         return cache
 
     def forward(

@@ -78,10 +78,6 @@ def test_causal_self_attention_rejects_bad_arguments():
         CausalSelfAttention(16, 4, pos="learned")
     with pytest.raises(NotImplementedError, match="chapter 14"):
         CausalSelfAttention(16, 4, pos="rope")
-    with pytest.raises(NotImplementedError, match="chapter 15"):
-        CausalSelfAttention(16, 4, num_kv_heads=2)
-    with pytest.raises(NotImplementedError, match="chapter 15"):
-        CausalSelfAttention(16, 4, window=4)
     with pytest.raises(ValueError, match="x"):
         CausalSelfAttention(16, 4)(torch.randn(2, 3, 8))
     with pytest.raises(ValueError, match="x"):
@@ -216,8 +212,6 @@ def test_gpt_rejects_bad_arguments_and_inputs():
     for kwargs, chapter in (
         ({"pos": "rope"}, 14),
         ({"pos": "alibi"}, 14),
-        ({"num_kv_heads": 2}, 15),
-        ({"window": 8}, 15),
         ({"norm": "rms"}, 16),
         ({"ffn": "swiglu"}, 16),
     ):

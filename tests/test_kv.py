@@ -202,3 +202,20 @@ def test_window_rejects_a_plain_cache_and_bad_arguments():
     again = GPT(**model.config())
     assert again.config() == model.config()
     assert again.blocks[0].attn.num_kv_heads == 2 and again.blocks[0].attn.window == 5
+
+
+def test_cached_attention_weights_cover_the_visible_keys_only():
+    torch.manual_seed(5)
+    model = GPT(V, d_model=D, num_heads=H, num_layers=2, pos="none", num_kv_heads=2, window=3)
+    model.eval()
+    ids = torch.randint(0, V, (B, 8))
+    full, full_weights = model(ids, return_attention=True)
+    cache = model.new_cache()
+    model(ids[:, :5], cache=cache)
+    out, weights = model(ids[:, 5:], return_attention=True, cache=cache)
+    assert_close(out, full[:, 5:])
+    for w, wf in zip(weights, full_weights, strict=True):
+        # queries 5..7 see the window - 1 = 2 cached positions 3, 4 and the new ones
+        assert w.shape == (B, H, 3, 5)
+        assert_close(w, wf[:, :, 5:, 3:])
+        assert_close(wf[:, :, 5:, :3], torch.zeros(B, H, 3, 3))

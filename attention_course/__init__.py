@@ -52,6 +52,7 @@ from .transformer import (
 # Part V (chapters 13-17): decoder-only language models.
 from .gpt import GPT, CausalSelfAttention, load_gpt_checkpoint
 from .interpret import attention_rollout, induction_scores
+from .kv import repeat_kv, sliding_window_mask
 from .ngram import NGramModel
 from .positions import alibi_bias, alibi_slopes, apply_rope
 from .sampling import filter_logits, generate
@@ -117,4 +118,6 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
+    "repeat_kv",
+    "sliding_window_mask",
 ]

@@ -20,6 +20,7 @@ from ._validate import check_positive_int, check_probability, require_float, req
 from .efficient import AttentionCache, FusedMask, KVCache, prepare_fused_mask
 from .embedding import check_token_ids
 from .ffn import make_ffn, swiglu_hidden_size
+from .kv import RollingAttentionCache, repeat_kv, sliding_window_mask
 from .masking import causal_mask
 from .multihead import MultiHeadAttention, split_heads
 from .norms import RMSNorm, make_norm
@@ -36,10 +37,6 @@ ABSOLUTE_POSITIONS = ("learned", "sinusoidal")
 def _check_choice(name: str, value: object, choices: tuple) -> None:
     if value not in choices:
         raise ValueError(f"{name}: got {value!r}, expected one of {choices}")
-
-
-def _not_yet(what: str, chapter: int) -> NotImplementedError:
-    return NotImplementedError(f"{what} is added in chapter {chapter}; not implemented yet")
 
 
 class CausalSelfAttention(MultiHeadAttention):
@@ -65,8 +62,14 @@ class CausalSelfAttention(MultiHeadAttention):
     ``"alibi"`` adds :func:`~attention_course.alibi_bias` to the scores through the
     causal mask (one additive float mask ``(H, T, S)``).
 
-    Arguments for later chapters: ``num_kv_heads != num_heads`` (grouped keys and
-    values) and ``window`` (sliding-window attention) (chapter 15) raise
+    Chapter 15: ``num_kv_heads`` (grouped keys and values; 1 is multi-query attention):
+    ``w_k`` and ``w_v`` map ``D -> Hkv * Dh`` and query head ``h`` uses key/value head
+    ``h // (H / Hkv)`` (:func:`~attention_course.repeat_kv`; as
+    ``F.scaled_dot_product_attention(..., enable_gqa=True)``); the cache stores the
+    ``Hkv`` heads only. ``window``: the causal mask intersected with
+    :func:`~attention_course.sliding_window_mask`; the cache must then be a
+    :class:`~attention_course.kv.RollingAttentionCache` (at most ``window`` positions).
+
     ``NotImplementedError`` here; an invalid value raises ``ValueError`` already
     (``num_heads % num_kv_heads != 0`` too).
 
@@ -77,7 +80,8 @@ class CausalSelfAttention(MultiHeadAttention):
 
     Shapes:
         x: ``(B, T, D)``; returns ``(B, T, D)``, or ``((B, T, D), (B, H, T, S))`` with
-        ``need_weights=True``; ``S = T`` plus the cached positions.
+        ``need_weights=True``; ``S = T`` plus the cached positions (with a ``window``, plus
+        at most ``window - 1`` of them: those the rolling cache returns).
     """
 
     def __init__(
@@ -104,10 +108,9 @@ class CausalSelfAttention(MultiHeadAttention):
         if window is not None:
             check_positive_int("window", window)
         check_positive_int("max_len", max_len)
-        if num_kv_heads != num_heads:
-            raise _not_yet("num_kv_heads != num_heads (grouped keys and values)", 15)
-        if window is not None:
-            raise _not_yet("window (sliding-window attention)", 15)
+        if num_kv_heads != num_heads:  # grouped keys and values (chapter 15): D -> Hkv * Dh
+            self.w_k = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
+            self.w_v = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
         self.num_kv_heads = num_kv_heads
         self.pos = pos
         self.window = window
@@ -117,12 +120,18 @@ class CausalSelfAttention(MultiHeadAttention):
         """The mask of ``T`` new queries that are the last of ``S`` positions: None when a
         single query may see every key; a bool mask for the weights path; a
         :class:`~attention_course.efficient.FusedMask` for the fused kernel. With ALiBi,
-        an additive float mask ``(H, T, S)``: the bias, ``-inf`` above the diagonal."""
+        an additive float mask ``(H, T, S)``: the bias, ``-inf`` where a key is hidden."""
+        if self.window is not None:  # the rolling cache returns at most window - 1 old positions
+            S = T + min(S - T, self.window - 1)
         if self.pos == "alibi":
-            return alibi_causal_mask(self.num_heads, T, S, device, dtype, need_weights)
+            keep = None if self.window is None else sliding_window_mask(T, self.window, device, S=S)
+            return alibi_causal_mask(self.num_heads, T, S, device, dtype, need_weights, keep=keep)
         if T == 1:
             return None
-        mask = causal_mask(T, device, S=S)  # (T, S) bool
+        if self.window is not None:
+            mask = sliding_window_mask(T, self.window, device, S=S)  # (T, S) bool
+        else:
+            mask = causal_mask(T, device, S=S)  # (T, S) bool
         return mask if need_weights else prepare_fused_mask(mask, dtype)
 
     def forward(
@@ -141,17 +150,27 @@ class CausalSelfAttention(MultiHeadAttention):
                 f"x: got shape {tuple(x.shape)}, expected (B, T, d_model={self.d_model})"
             )
         T = x.shape[1]
+        if self.window is not None and cache is not None:
+            if not isinstance(cache, RollingAttentionCache) or cache.window != self.window:
+                raise ValueError(
+                    f"cache: got {type(cache).__name__}, expected a RollingAttentionCache("
+                    f"window={self.window}) (GPT.new_cache makes one)"
+                )
         if mask is None:
             S = T + (cache.length if cache is not None else 0)
             mask = self.causal_mask_for(T, S, x.device, x.dtype, need_weights)
         q = split_heads(self.w_q(x), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
-        k = split_heads(self.w_k(x), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
-        v = split_heads(self.w_v(x), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
+        k = split_heads(self.w_k(x), self.num_kv_heads)  # (B, T, Hkv*Dh) -> (B, Hkv, T, Dh)
+        v = split_heads(self.w_v(x), self.num_kv_heads)  # (B, T, Hkv*Dh) -> (B, Hkv, T, Dh)
         if self.pos == "rope":  # rotate at absolute positions: after the cached ones
             start = cache.length if cache is not None else 0
             positions = torch.arange(start, start + T, device=x.device)  # (T,)
-            q, k = apply_rope(q, positions), apply_rope(k, positions)  # (B, H, T, Dh) each
-        out, weights = self.attend(q, k, v, mask, need_weights, cache)
+            q, k = apply_rope(q, positions), apply_rope(k, positions)  # rotated, same shapes
+        if cache is not None:  # the cache stores the Hkv heads, never the repeated copies
+            k, v = cache.update(k, v)  # (B, Hkv, S, Dh) each
+        n_rep = self.num_heads // self.num_kv_heads  # query heads per key/value head
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
+        out, weights = self.attend(q, k, v, mask, need_weights)
         return (out, weights) if need_weights else out
 
 
@@ -174,11 +193,19 @@ class GPTBlock(nn.Module):
         max_len: int,
         norm: str = "layer",
         pos: str | None = None,
+        num_kv_heads: int | None = None,
+        window: int | None = None,
     ) -> None:
         super().__init__()
         self.norm1 = make_norm(norm, d_model)
         self.attn = CausalSelfAttention(
-            d_model, num_heads, dropout=dropout, pos=pos, max_len=max_len
+            d_model,
+            num_heads,
+            num_kv_heads,
+            dropout=dropout,
+            pos=pos,
+            window=window,
+            max_len=max_len,
         )
         self.norm2 = make_norm(norm, d_model)
         self.ffn = make_ffn(ffn, d_model, d_ff, dropout)
@@ -222,11 +249,11 @@ class GPT(nn.Module):
       344``), which keeps the FFN's weights close to a ``4 * d_model`` GELU FFN's;
       the other FFNs default to ``4 * d_model``.
 
-    This chapter implements ``pos`` "learned", "sinusoidal" and "none", ``norm`` "layer"
-    and "rms", ``ffn`` "relu", "gelu" and "swiglu", ``num_kv_heads=None`` and
-    ``window=None``; chapter 14 adds ``pos`` "rope" and "alibi" (inside attention: see
-    :class:`CausalSelfAttention`); ``num_kv_heads`` and ``window`` raise
-    ``NotImplementedError`` naming chapter 15, which adds them.
+    Implemented: ``pos`` "learned", "sinusoidal", "none" (chapter 13), "rope" and "alibi"
+    (chapter 14, inside attention: see :class:`CausalSelfAttention`); ``num_kv_heads``
+    (grouped keys and values) and ``window`` (sliding-window attention, with a rolling
+    KV cache from :meth:`new_cache`) (chapter 15); ``norm`` "layer" and "rms", ``ffn``
+    "relu", "gelu" and "swiglu" (chapter 16).
 
     ``forward(ids, return_attention=True)`` also returns a list with each layer's
     attention weights ``(B, H, T, S)``. With ``cache`` (from :meth:`new_cache`) ``ids``
@@ -287,10 +314,6 @@ class GPT(nn.Module):
                 )
         if window is not None:
             check_positive_int("window", window)
-        if num_kv_heads is not None and num_kv_heads != num_heads:
-            raise _not_yet("num_kv_heads != num_heads (grouped keys and values)", 15)
-        if window is not None:
-            raise _not_yet("window (sliding-window attention)", 15)
 
         self.vocab_size = vocab_size
         self.d_model = d_model
@@ -302,6 +325,8 @@ class GPT(nn.Module):
         self.norm_type = norm
         self.ffn_type = ffn
         self.tie_weights = tie_weights
+        self.num_kv_heads = num_kv_heads
+        self.window = window
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         if pos == "learned":
             self.pos_emb = nn.Embedding(max_len, d_model)
@@ -311,7 +336,18 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(dropout)
         attention_pos = pos if pos in ("rope", "alibi") else None  # inside attention (ch. 14)
         self.blocks = nn.ModuleList(
-            GPTBlock(d_model, num_heads, d_ff, dropout, ffn, max_len, norm, pos=attention_pos)
+            GPTBlock(
+                d_model,
+                num_heads,
+                d_ff,
+                dropout,
+                ffn,
+                max_len,
+                norm,
+                pos=attention_pos,
+                num_kv_heads=num_kv_heads,
+                window=window,
+            )
             for _ in range(num_layers)
         )
         self.norm = make_norm(norm, d_model)
@@ -334,6 +370,8 @@ class GPT(nn.Module):
             "norm": self.norm_type,
             "ffn": self.ffn_type,
             "tie_weights": self.tie_weights,
+            "num_kv_heads": self.num_kv_heads,
+            "window": self.window,
         }
 
     @torch.no_grad()
@@ -359,6 +397,9 @@ class GPT(nn.Module):
         """An empty KV cache (chapter 12's :class:`~attention_course.KVCache`) for this model."""
         cache = KVCache()
         cache.start(self.num_layers, None, self.tok_emb.weight.dtype)
+        if self.window is not None:  # chapter 15: each layer keeps only the last window positions
+            for layer in cache.layers:
+                layer.self_attn = RollingAttentionCache(self.window)
         return cache
 
     def forward(

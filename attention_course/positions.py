@@ -147,11 +147,13 @@ def alibi_bias(
     return slopes[:, None, None] * offset.to(dtype)  # (H, 1, 1) * (T, S) -> (H, T, S)
 
 
-def alibi_causal_mask(num_heads: int, T: int, S: int, device, dtype, need_weights: bool):
+def alibi_causal_mask(num_heads: int, T: int, S: int, device, dtype, need_weights: bool, keep=None):
     """ALiBi's bias with the causal mask in it, as one additive float mask ``(H, T, S)``
-    (``-inf`` above the diagonal): a float tensor for the weights path, a
+    (``-inf`` above the diagonal, or wherever ``keep`` (a bool ``(T, S)`` mask, e.g. a
+    sliding window) is False): a float tensor for the weights path, a
     :class:`~attention_course.efficient.FusedMask` for the fused kernel."""
     bias = alibi_bias(num_heads, T, S, device=device, dtype=dtype)  # (H, T, S)
-    keep = causal_mask(T, device, S=S)  # (T, S) bool, True = may attend
+    if keep is None:
+        keep = causal_mask(T, device, S=S)  # (T, S) bool, True = may attend
     mask = bias.masked_fill(~keep, float("-inf"))  # (H, T, S)
     return mask if need_weights else prepare_fused_mask(mask, dtype)

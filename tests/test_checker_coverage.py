@@ -103,7 +103,7 @@ EXEMPT: dict[tuple[str, str], str] = {
         "10's signature"
     ),
     ("causal_self_attention", "num_kv_heads"): (
-        "grouped keys and values are chapter 15's (the reference raises NotImplementedError); "
+        "grouped keys and values are chapter 15's (tested in tests/test_kv.py); "
         "exercise 13 asks for (d_model, num_heads, bias, dropout) only"
     ),
     ("causal_self_attention", "pos"): (
@@ -111,7 +111,7 @@ EXEMPT: dict[tuple[str, str], str] = {
         "exercise 13 asks for (d_model, num_heads, bias, dropout) only"
     ),
     ("causal_self_attention", "window"): (
-        "sliding-window attention is chapter 15's (the reference raises NotImplementedError); "
+        "sliding-window attention is chapter 15's (tested in tests/test_kv.py); "
         "exercise 13 asks for (d_model, num_heads, bias, dropout) only"
     ),
     ("causal_self_attention", "max_len"): (

@@ -75,10 +75,6 @@ def test_causal_self_attention_rejects_bad_arguments():
         CausalSelfAttention(16, 5)
     with pytest.raises(ValueError, match="pos"):
         CausalSelfAttention(16, 4, pos="learned")
-    with pytest.raises(NotImplementedError, match="chapter 15"):
-        CausalSelfAttention(16, 4, num_kv_heads=2)
-    with pytest.raises(NotImplementedError, match="chapter 15"):
-        CausalSelfAttention(16, 4, window=4)
     with pytest.raises(ValueError, match="x"):
         CausalSelfAttention(16, 4)(torch.randn(2, 3, 8))
     with pytest.raises(ValueError, match="x"):
@@ -210,12 +206,6 @@ def test_gpt_rejects_bad_arguments_and_inputs():
     ):
         with pytest.raises(ValueError, match=name):
             GPT(V, **{"d_model": 16, "num_heads": 4, **kwargs})
-    for kwargs, chapter in (
-        ({"num_kv_heads": 2}, 15),
-        ({"window": 8}, 15),
-    ):
-        with pytest.raises(NotImplementedError, match=f"chapter {chapter}"):
-            GPT(V, d_model=16, num_heads=4, **kwargs)
     model = GPT(V, d_model=16, num_heads=4, max_len=8)
     with pytest.raises(ValueError, match="ids"):
         model(torch.zeros(1, 9, dtype=torch.long))  # T > max_len

@@ -20,6 +20,19 @@ from torch import nn
 from ._validate import LOW_PRECISION, check_positive_int, require_float, shape_str
 
 
+def _check_normalized_input(x: torch.Tensor, normalized_shape: tuple[int, ...]) -> int:
+    """The one input check of LayerNorm and RMSNorm: a float tensor whose trailing
+    dimensions are ``normalized_shape``. Returns the number of normalised axes."""
+    require_float("x", x)
+    n = len(normalized_shape)
+    if x.dim() < n or tuple(x.shape[x.dim() - n :]) != normalized_shape:
+        raise ValueError(
+            f"x: got shape {shape_str(x.shape)}, expected trailing dimensions "
+            f"{shape_str(normalized_shape)} (normalized_shape)"
+        )
+    return n
+
+
 class LayerNorm(nn.Module):
     """Layer normalisation (Ba et al., 2016). Matches ``nn.LayerNorm``.
 
@@ -60,13 +73,7 @@ class LayerNorm(nn.Module):
             self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        require_float("x", x)
-        n = len(self.normalized_shape)
-        if x.dim() < n or tuple(x.shape[x.dim() - n :]) != self.normalized_shape:
-            raise ValueError(
-                f"x: got shape {shape_str(x.shape)}, expected trailing dimensions "
-                f"{shape_str(self.normalized_shape)} (normalized_shape)"
-            )
+        n = _check_normalized_input(x, self.normalized_shape)
         dtype = x.dtype
         if dtype in LOW_PRECISION:
             x = x.float()  # accumulate statistics in float32, as PyTorch does
@@ -199,13 +206,7 @@ class RMSNorm(nn.Module):
             self.register_parameter("weight", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        require_float("x", x)
-        n = len(self.normalized_shape)
-        if x.dim() < n or tuple(x.shape[x.dim() - n :]) != self.normalized_shape:
-            raise ValueError(
-                f"x: got shape {shape_str(x.shape)}, expected trailing dimensions "
-                f"{shape_str(self.normalized_shape)} (normalized_shape)"
-            )
+        n = _check_normalized_input(x, self.normalized_shape)
         dtype = x.dtype
         if dtype in LOW_PRECISION:
             x = x.float()  # compute in float32, as PyTorch does

@@ -20,6 +20,19 @@ from torch import nn
 from ._validate import LOW_PRECISION, check_positive_int, require_float, shape_str
 
 
+def _as_normalized_shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
+    """``normalized_shape`` as a non-empty tuple of positive ints (an int ``n`` -> ``(n,)``),
+    as ``nn.LayerNorm`` and ``nn.RMSNorm`` accept it."""
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    normalized_shape = tuple(normalized_shape)
+    if not normalized_shape:
+        raise ValueError("normalized_shape: got (), expected at least one dimension")
+    for size in normalized_shape:
+        check_positive_int("normalized_shape", size)
+    return normalized_shape
+
+
 def _check_normalized_input(x: torch.Tensor, normalized_shape: tuple[int, ...]) -> int:
     """The one input check of LayerNorm and RMSNorm: a float tensor whose trailing
     dimensions are ``normalized_shape``. Returns the number of normalised axes."""
@@ -55,13 +68,7 @@ class LayerNorm(nn.Module):
         elementwise_affine: bool = True,
     ) -> None:
         super().__init__()
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        normalized_shape = tuple(normalized_shape)
-        if not normalized_shape:
-            raise ValueError("normalized_shape: got (), expected at least one dimension")
-        for size in normalized_shape:
-            check_positive_int("normalized_shape", size)
+        normalized_shape = _as_normalized_shape(normalized_shape)
         self.normalized_shape = normalized_shape
         self.eps = eps
         self.elementwise_affine = elementwise_affine
@@ -188,13 +195,7 @@ class RMSNorm(nn.Module):
         elementwise_affine: bool = True,
     ) -> None:
         super().__init__()
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        normalized_shape = tuple(normalized_shape)
-        if not normalized_shape:
-            raise ValueError("normalized_shape: got (), expected at least one dimension")
-        for size in normalized_shape:
-            check_positive_int("normalized_shape", size)
+        normalized_shape = _as_normalized_shape(normalized_shape)
         if eps is not None and (isinstance(eps, bool) or not eps >= 0):
             raise ValueError(f"eps: got {eps!r}, expected None or a number >= 0")
         self.normalized_shape = normalized_shape

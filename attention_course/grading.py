@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ._kernel import DEFAULT_MEMORY_LIMIT, grader_kernel_manager
 from .notebooks import (
     KERNEL_NAME,
     add_timeout_argument,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # nbformat and nbclient come with the `dev` extra; imported w
 DEFAULT_TIMEOUT = 60.0
 CHECK_TIMEOUT = 10.0  # each checker case's own time limit, inside the kernel
 MARKER = "@@attention-course-grade@@"
+MAX_RESTARTS = 3  # kernels restarted after a crash, per submission
 TABLE_WIDTH = 100  # the score table wraps messages to this many characters
 
 
@@ -60,7 +62,7 @@ class CellRun:
 
     index: int
     id: str
-    status: str  # "ok", "error", "timeout", "skipped", "not run"
+    status: str  # "ok", "error", "timeout", "died" (killed the kernel), "skipped", "not run"
     error: str = ""
 
 
@@ -78,6 +80,7 @@ class TaskGrade:
     reason: str = ""  # why points were lost: the first failing case and its whole message
     notes: list[str] = field(default_factory=list)
     report: dict | None = None
+    findings: list[dict] = field(default_factory=list)  # code that is not the student's own
 
 
 @dataclass
@@ -111,7 +114,9 @@ class Grade:
             "passed": self.passed,
             "timeout": self.timeout,
             "tasks": [asdict(t) for t in self.tasks],
-            "cell_problems": [asdict(c) for c in self.cells if c.status in ("error", "timeout")],
+            "cell_problems": [
+                asdict(c) for c in self.cells if c.status in ("error", "timeout", "died")
+            ],
         }
 
     def table(self, width: int = TABLE_WIDTH) -> str:
@@ -138,7 +143,7 @@ class Grade:
         problems = [
             f"  cell {c.index} ({c.id}): {c.error}"
             for c in self.cells
-            if c.status in ("error", "timeout")
+            if c.status in ("error", "timeout", "died")
         ]
         if notes:
             lines += ["notes:", *notes]
@@ -236,8 +241,13 @@ def _grade_in_kernel(namespace: dict, task: dict, timeout: float = CHECK_TIMEOUT
                     report = check_quiz(task["question"], candidate, timeout=timeout)
                 else:
                     from . import checks
+                    from .cheats import watch_calls
 
-                    report = getattr(checks, task["checker"])(candidate, timeout=timeout)
+                    check = getattr(checks, task["checker"])
+                    builtins = getattr(check, "answer_builtins", ())
+                    with watch_calls(builtins, task.get("allowed", ())) as called:
+                        report = check(candidate, timeout=timeout)
+                    result["called"] = list(called)
                 result["report"] = report.to_dict()
             except Exception as error:  # noqa: BLE001 - a grader bug must not stop grading
                 result = {"status": "crashed", "error": f"{type(error).__name__}: {error}"}
@@ -266,11 +276,30 @@ def _cell_outcome(cell: NotebookNode, reply: dict | None, limit: float) -> tuple
 
 
 class _Runner:
-    """Execute cells one by one in one kernel, recording each outcome."""
+    """Execute cells one by one in one kernel, recording each outcome.
 
-    def __init__(self, nb: NotebookNode, cwd: Path, timeout: float, kernel_name: str):
+    When the kernel dies (``os._exit``, a segmentation fault, the out-of-memory killer),
+    or a cell runs over its limit and cannot be interrupted (a loop in C code),
+    `restart` starts a fresh kernel and replays the cells that had run, so that the
+    cells after the one that died see the definitions they need.
+    """
+
+    def __init__(
+        self,
+        nb: NotebookNode,
+        cwd: Path,
+        timeout: float,
+        kernel_name: str,
+        memory_limit: int = DEFAULT_MEMORY_LIMIT,
+    ):
+        self.nb = nb
         self.timeout = timeout
+        self.kernel_name = kernel_name
+        self.memory_limit = memory_limit
         self.replies: dict[int, dict] = {}
+        self.replay: list[int] = []  # cells to run again after a restart, in order
+        self.restarts = 0
+        self._context = None
         self.client = notebook_client(
             nb,
             cwd,
@@ -289,6 +318,56 @@ class _Runner:
     def _record(self, cell, cell_index, execute_reply) -> None:
         self.replies[cell_index] = execute_reply
 
+    # -- the kernel's life
+
+    def start(self) -> None:
+        if self.kernel_name == KERNEL_NAME:
+            self.client.km = grader_kernel_manager(self.memory_limit)
+        self._context = self.client.setup_kernel(cleanup_kc=True)
+        self._context.__enter__()
+
+    def stop(self) -> None:
+        km = self.client.km
+        if self._context is not None:
+            context, self._context = self._context, None
+            try:
+                context.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - a kernel that is already gone
+                pass
+        if hasattr(km, "kill_process_group"):
+            km.kill_process_group()  # what the submission forked dies with its kernel
+
+    def how_it_died(self) -> str:
+        describe = getattr(self.client.km, "exit_description", None)
+        return describe() if describe else ""
+
+    def restart(self) -> None:
+        """A fresh kernel, with the cells in ``self.replay`` run again (quietly)."""
+        self.restarts += 1
+        self.stop()
+        self.start()
+        for index in self.replay:
+            cell = nbformat_copy(self.nb.cells[index])
+            self.nb.cells.append(cell)
+            try:
+                self.run(cell, len(self.nb.cells) - 1)
+            finally:
+                self.nb.cells.pop()
+
+    def responsive(self, limit: float = 10.0) -> bool:
+        """Whether the kernel answers a trivial cell within ``limit`` seconds."""
+        from nbclient.exceptions import DeadKernelError
+
+        probe = nbformat_new_cell("pass")
+        self.nb.cells.append(probe)
+        try:
+            status, _ = self.run(probe, len(self.nb.cells) - 1, limit, history=False)
+        except DeadKernelError:
+            return False
+        finally:
+            self.nb.cells.pop()
+        return status == "ok"
+
     def run(
         self, cell: NotebookNode, index: int, timeout: float | None = None, history: bool = True
     ) -> tuple[str, str]:
@@ -296,6 +375,20 @@ class _Runner:
         self.client.timeout = int(max(1, round(timeout or self.timeout)))
         self.client.execute_cell(cell, index, store_history=history)
         return _cell_outcome(cell, self.replies.get(index), timeout or self.timeout)
+
+
+def nbformat_copy(cell: NotebookNode) -> NotebookNode:
+    import copy
+
+    cell = copy.deepcopy(cell)
+    cell["outputs"] = []
+    return cell
+
+
+def nbformat_new_cell(source: str) -> NotebookNode:
+    import nbformat
+
+    return nbformat.v4.new_code_cell(source)
 
 
 def _kernel_result(cell: NotebookNode) -> dict | None:
@@ -313,10 +406,19 @@ def grade_notebook(
     timeout: float = DEFAULT_TIMEOUT,
     check_timeout: float = CHECK_TIMEOUT,
     kernel_name: str = KERNEL_NAME,
+    memory_limit: int = DEFAULT_MEMORY_LIMIT,
+    allow_builtins: bool = False,
 ) -> Grade:
-    """Execute and grade one submission; never raises because of the submission."""
+    """Execute and grade one submission; never raises because of the submission.
+
+    ``memory_limit`` bytes of address space for the kernel (0: none). A solution that
+    calls the reference or the built-in that is the answer scores 0 unless
+    ``allow_builtins``, which turns that into a note.
+    """
     import nbformat
     from nbclient.exceptions import DeadKernelError
+
+    from .cheats import allowed_names, dependencies, scan_notebook
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
@@ -324,6 +426,8 @@ def grade_notebook(
     tasks = find_tasks(nb)
     cell_index = {_nbgrader(c).get("grade_id"): i for i, c in enumerate(nb.cells)}
     cell_index.pop(None, None)
+    findings = scan_notebook(nb, tasks)  # before the run: the run adds outputs only
+    needs = dependencies(nb, tasks)
 
     runs: dict[int, CellRun] = {}
     grades = [
@@ -332,16 +436,20 @@ def grade_notebook(
         )
         for t in tasks
     ]
-    runner = _Runner(nb, path.parent.resolve(), timeout, kernel_name)
-    died_at: int | None = None
-    with runner.client.setup_kernel(cleanup_kc=True):
+    runner = _Runner(nb, path.parent.resolve(), timeout, kernel_name, memory_limit)
+    died: list[int] = []  # the cells that killed the kernel, in order
+    runner.start()
+    try:
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue
             cell_id = cell.get("id", "")
-            if died_at is not None:
+            if runner.restarts > MAX_RESTARTS:
                 runs[index] = CellRun(
-                    index, cell_id, "not run", f"the kernel died in cell {died_at}"
+                    index,
+                    cell_id,
+                    "not run",
+                    f"the kernel died {len(died)} times (last in cell {died[-1]})",
                 )
                 continue
             if _is_check_cell(cell):
@@ -350,17 +458,30 @@ def grade_notebook(
             try:
                 status, error = runner.run(cell, index)
             except DeadKernelError:
-                died_at = index
-                status, error = "error", "the kernel died while running this cell"
+                how = runner.how_it_died()
+                status = "died"
+                error = "the kernel died while running this cell" + (f" ({how})" if how else "")
+            if status == "timeout" and not runner.responsive():
+                status = "died"
+                error += "; it could not be interrupted (a loop in compiled code?), so the "
+                error += "kernel was restarted"
             runs[index] = CellRun(index, cell_id, status, error)
+            if status == "died":
+                died.append(index)
+                if runner.restarts < MAX_RESTARTS:
+                    runner.restart()
+                else:
+                    runner.restarts += 1  # the remaining cells are not run
+            elif status in ("ok", "error"):
+                runner.replay.append(index)
+        if runner.restarts > MAX_RESTARTS:
+            runner.restart()  # the tasks are still graded, on what ran
 
         # A generous limit for the checks themselves: each checker case has its own
         # `check_timeout`, and a case that overruns stops the rest of its checker.
         grading_limit = max(timeout, 6 * check_timeout + 30)
         for task, grade in zip(tasks, grades, strict=True):
-            if died_at is not None:
-                grade.reason = f"not graded: the kernel died while running cell {died_at}"
-                continue
+            task = {**task, "allowed": allowed_names(nb, task)}
             # Imports through __import__, so names the notebook rebound cannot interfere.
             source = (
                 "__import__('attention_course.grading', fromlist=['_'])._grade_in_kernel("
@@ -371,12 +492,22 @@ def grade_notebook(
             try:
                 status, error = runner.run(probe, len(nb.cells) - 1, grading_limit, history=False)
             except DeadKernelError:
-                died_at = len(nb.cells) - 1
-                grade.reason = "not graded: the kernel died while running its check"
-                continue
-            finally:
+                how = runner.how_it_died()
+                grade.reason = "not graded: the kernel died while running its check" + (
+                    f" ({how})" if how else ""
+                )
                 nb.cells.pop()
-            _fill(grade, task, status, error, _kernel_result(probe), nb, cell_index, runs)
+                runner.restart()  # a kernel that dies in a check costs that task only
+                continue
+            nb.cells.pop()
+            if status == "timeout" and not runner.responsive():
+                runner.restart()
+            result = _kernel_result(probe)
+            _fill(grade, task, status, error, result, nb, cell_index, runs)
+            _apply_findings(grade, findings.get(grade.id, []), result, allow_builtins)
+            _blame_dead_cells(grade, needs.get(grade.id, set()), died, runs)
+    finally:
+        runner.stop()
 
     cells = [runs[i] for i in sorted(runs)]
     return Grade(str(path), exercise, grades, cells, timeout)
@@ -428,6 +559,50 @@ def _fill(
         grade.reason = first["name"] + (f": {message}" if message else "")
 
 
+def _apply_findings(
+    grade: TaskGrade, findings: list, result: dict | None, allow_builtins: bool
+) -> None:
+    """Score 0 (or, for built-ins with ``allow_builtins``, a note) for code that is not
+    the student's own: the static findings, and what the dynamic watch saw called."""
+    from .cheats import REFERENCE, Finding
+
+    findings = list(findings)
+    for what in (result or {}).get("called", []):
+        kind = "called" if what.startswith(REFERENCE) else "called-builtin"
+        findings.append(Finding(grade.id, kind, -1, 0, what))
+    if not findings:
+        return
+    grade.findings = [f.to_dict() for f in findings]
+    denied = [f for f in findings if not allow_builtins or f.kind in ("reference", "called")]
+    for finding in findings:
+        if finding not in denied:
+            grade.notes.append(finding.message() + " (allowed by --allow-builtins)")
+    if denied:
+        lost = grade.score
+        grade.score, grade.fraction, grade.passed = 0.0, 0.0, False
+        text = "\n".join(f.message() for f in denied)
+        grade.reason = (
+            "not the student's own code: "
+            + text
+            + (f"\n(the checks alone would give {lost:g}/{grade.points:g})" if lost else "")
+        )
+
+
+def _blame_dead_cells(
+    grade: TaskGrade, needed: set[int], died: list[int], runs: dict[int, CellRun]
+) -> None:
+    """Name, in the reason of a task that lost points, the cells it needs that killed
+    the kernel (a definition made there was lost with the kernel)."""
+    if grade.passed:
+        return
+    for index in died:
+        if index in needed and f"cell {index}" not in grade.reason:
+            run = runs[index]
+            grade.reason += (
+                f"\ncell {index} ({run.id}), which this task needs, killed the kernel: {run.error}"
+            ).removeprefix("\n" if not grade.reason else "")
+
+
 def _why_missing(task: dict, nb: NotebookNode, cell_index: dict, runs: dict[int, CellRun]) -> str:
     cell_name = task.get("solution_cell")
     if cell_name is None:
@@ -442,6 +617,8 @@ def _why_missing(task: dict, nb: NotebookNode, cell_index: dict, runs: dict[int,
         return f" (cell {index}, which defines it, {run.error})"
     if run.status == "error":
         return f" (cell {index}, which defines it, raised {run.error})"
+    if run.status == "died":
+        return f" (cell {index}, which defines it, killed the kernel: {run.error})"
     return f" (cell {index}, which defines it, was {run.status}: {run.error})"
 
 

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._kernel import DEFAULT_MEMORY_LIMIT, grader_kernel_manager
+from ._kernel import DEFAULT_MEMORY_LIMIT, grader_kernel_manager, parse_size
 from .notebooks import (
     KERNEL_NAME,
     add_timeout_argument,
@@ -627,33 +627,107 @@ def _why_missing(task: dict, nb: NotebookNode, cell_index: dict, runs: dict[int,
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the ``grade`` command line (shared by the CLI and ``python -m``)."""
-    parser.add_argument("submission", type=Path, metavar="SUBMISSION.ipynb")
+    parser.add_argument(
+        "submission",
+        type=Path,
+        nargs="+",
+        metavar="DIR_OR_FILES",
+        help="submitted notebooks, or folders: every *.ipynb under them is graded",
+    )
     parser.add_argument(
         "--json", action="store_true", help="print a JSON document instead of the table"
     )
     add_timeout_argument(parser, DEFAULT_TIMEOUT, "for each cell of the submission")
+    parser.add_argument(
+        "--jobs", type=int, default=1, metavar="N", help="grade N notebooks at once (default 1)"
+    )
+    parser.add_argument("--csv", type=Path, metavar="FILE", help="write a gradebook (CSV)")
+    parser.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
+    parser.add_argument(
+        "--memory-limit",
+        type=parse_size,
+        default=DEFAULT_MEMORY_LIMIT,
+        metavar="SIZE",
+        help="address space each kernel may use, e.g. 4G, 512M; 0 for no limit (default 4G)",
+    )
+    parser.add_argument(
+        "--allow-builtins",
+        action="store_true",
+        help="a PyTorch built-in that is the answer, or a dynamic import, gives a note "
+        "instead of 0 points (calling the reference always gives 0)",
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar when grading several"
+    )
+
+
+def _grade_entry(path: Path, args: argparse.Namespace):
+    """Read, check and grade one submission; an unreadable one is an entry with its error."""
+    import nbformat
+
+    from .gradebook import Entry
+
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as err:  # noqa: BLE001 - missing file, not JSON, JSON but not a notebook
+        return Entry(path, error=f"cannot read {path}: {type(err).__name__}: {err}")
+    if not find_tasks(nb):
+        return Entry(path, error=f"{path} lists no exercise tasks")
+    grade = grade_notebook(
+        path,
+        timeout=args.timeout,
+        memory_limit=args.memory_limit,
+        allow_builtins=args.allow_builtins,
+    )
+    return Entry(path, grade)
 
 
 def run(args: argparse.Namespace) -> int:
     """Carry out a parsed ``grade`` command; return the exit status."""
     if missing_tools("grade", sys.stderr):
         return 2
-    import nbformat
+    from . import gradebook
 
-    try:
-        nb = nbformat.read(args.submission, as_version=4)
-    except (OSError, ValueError) as err:  # missing file, not JSON, not a notebook
-        print(f"grade: cannot read {args.submission}: {err}", file=sys.stderr)
+    paths = gradebook.find_submissions(args.submission)
+    single = (
+        len(args.submission) == 1
+        and not args.submission[0].is_dir()
+        and not (args.csv or args.junit)
+    )
+    if single:
+        entry = _grade_entry(paths[0], args)
+        if entry.grade is None:
+            print(f"grade: {entry.error}", file=sys.stderr)
+            return 2
+        if args.json:
+            print(json.dumps(entry.grade.to_dict(), indent=2, ensure_ascii=False))
+        else:
+            print(entry.grade.table())
+        return 0 if entry.grade.passed else 1
+    if not paths:
+        print("grade: no *.ipynb found", file=sys.stderr)
         return 2
-    if not find_tasks(nb):
-        print(f"grade: {args.submission} lists no exercise tasks", file=sys.stderr)
-        return 2
-    grade = grade_notebook(args.submission, timeout=args.timeout)
+    entries = gradebook.grade_all(
+        paths,
+        lambda path: _grade_entry(path, args),
+        jobs=args.jobs,
+        progress=not args.no_progress,
+    )
+    if args.csv:
+        with open(args.csv, "w", newline="", encoding="utf-8") as stream:
+            gradebook.write_csv(entries, stream)
+    if args.junit:
+        Path(args.junit).write_text(gradebook.junit_xml(entries), encoding="utf-8")
     if args.json:
-        print(json.dumps(grade.to_dict(), indent=2, ensure_ascii=False))
+        print(json.dumps(gradebook.to_json(entries), indent=2, ensure_ascii=False))
     else:
-        print(grade.table())
-    return 0 if grade.passed else 1
+        for entry in entries:
+            if entry.grade is not None:
+                print(entry.grade.table(), end="\n\n")
+        print(gradebook.summary_text(entries))
+    if any(e.grade is None for e in entries):
+        return 2
+    return 0 if all(e.grade.passed for e in entries) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

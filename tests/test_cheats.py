@@ -1,0 +1,190 @@
+"""Adversarial submissions (tests/fixtures/adv_*.ipynb.json, made by make_adversarial.py):
+no false pass, and the reason is named.
+
+Static findings are tested without a kernel; each notebook that needs a kernel is
+graded once (module-scoped fixtures, 10-20 s each on two cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("nbclient")
+
+from attention_course import grading  # noqa: E402
+from attention_course.cheats import scan_notebook  # noqa: E402
+from attention_course.checks import CHECKERS  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+ROOT = FIXTURES.parents[1]
+SOLVED = ROOT / "exercises" / "solutions" / "04_scaled_dot_product.ipynb"
+TASK1 = "scaled_dot_product_attention"
+
+
+def _nb(name):
+    return nbformat.read(FIXTURES / f"{name}.ipynb.json", as_version=4)
+
+
+def _copy(name, tmp_path_factory):
+    folder = tmp_path_factory.mktemp(name)
+    path = folder / f"{name}.ipynb"
+    shutil.copy(FIXTURES / f"{name}.ipynb.json", path)
+    return path
+
+
+def _by_name(grade):
+    return {t.name: t for t in grade.tasks}
+
+
+# ---------------------------------------------------------------- static, no kernel
+
+
+@pytest.mark.parametrize(
+    ("name", "task", "kind", "needle"),
+    [
+        ("adv_reference_wrapper", TASK1, "reference", "ac.scaled_dot_product_attention"),
+        ("adv_reference_alias", TASK1, "reference", "import scaled_dot_product_attention as"),
+        ("adv_importlib", TASK1, "dynamic", "importlib.import_module"),
+        ("adv_builtin_sdpa", TASK1, "builtin", "F.scaled_dot_product_attention"),
+        ("adv_layernorm_builtin", "LayerNorm", "builtin", "nn.functional.layer_norm"),
+    ],
+)
+def test_static_scan_names_the_cheat(name, task, kind, needle):
+    nb = _nb(name)
+    findings = scan_notebook(nb, grading.find_tasks(nb))
+    assert set(findings) == {task}, findings
+    assert any(f.kind == kind and needle in f.code for f in findings[task]), findings
+
+
+def test_honest_solutions_have_no_findings():
+    for path in sorted((ROOT / "exercises").glob("**/*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        assert scan_notebook(nb, grading.find_tasks(nb)) == {}, path
+
+
+def test_answer_builtins_are_declared_next_to_the_checkers():
+    assert CHECKERS["scaled_dot_product_attention"].answer_builtins == (
+        "torch.nn.functional.scaled_dot_product_attention",
+    )
+    assert "torch.nn.LayerNorm" in CHECKERS["layer_norm"].answer_builtins
+    assert "torch.nn.MultiheadAttention" in CHECKERS["multi_head_attention"].answer_builtins
+    assert CHECKERS["split_heads"].answer_builtins == ()  # no built-in is the answer
+
+
+def test_corrupt_notebooks_exit_2_with_a_named_error(tmp_path, capsys):
+    for name, needle in [("adv_not_json", "NotJSONError"), ("adv_not_a_notebook", "")]:
+        path = tmp_path / f"{name}.ipynb"
+        shutil.copy(FIXTURES / f"{name}.ipynb.json", path)
+        assert grading.main([str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"cannot read {path}" in err and needle in err, err
+
+
+# ---------------------------------------------------------------- graded in a kernel
+
+
+@pytest.fixture(scope="module")
+def importlib_grade(tmp_path_factory):
+    return grading.grade_notebook(_copy("adv_importlib", tmp_path_factory), timeout=30)
+
+
+@pytest.fixture(scope="module")
+def crashes_grade(tmp_path_factory):
+    return grading.grade_notebook(_copy("adv_crashes", tmp_path_factory), timeout=30)
+
+
+@pytest.fixture(scope="module")
+def loop_grade(tmp_path_factory):
+    start = time.monotonic()
+    grade = grading.grade_notebook(_copy("adv_c_loop", tmp_path_factory), timeout=5)
+    return grade, time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def bomb_grade(tmp_path_factory):
+    path = _copy("adv_memory_bomb", tmp_path_factory)
+    return grading.grade_notebook(path, timeout=30, memory_limit=2 << 30)
+
+
+@pytest.fixture(scope="module")
+def fork_grade(tmp_path_factory):
+    path = _copy("adv_fork", tmp_path_factory)
+    return grading.grade_notebook(path, timeout=30), path.parent / "forked_child.pid"
+
+
+def test_importlib_wrapper_scores_zero_static_and_dynamic(importlib_grade):
+    task = _by_name(importlib_grade)[TASK1]
+    assert task.score == 0 and not task.passed
+    assert task.reason.startswith("not the student's own code")
+    assert "importlib.import_module" in task.reason
+    # the dynamic watch saw the reference called from the student's function
+    assert "called `attention_course.attention.scaled_dot_product_attention`" in task.reason
+    assert "(the checks alone would give 3/3)" in task.reason
+    assert importlib_grade.score == 2  # the other two tasks are the student's own
+
+
+def test_allow_builtins_turns_a_builtin_into_a_note(tmp_path):
+    path = tmp_path / "adv_builtin_sdpa.ipynb"
+    shutil.copy(FIXTURES / "adv_builtin_sdpa.ipynb.json", path)
+    strict = _by_name(grading.grade_notebook(path, timeout=30))[TASK1]
+    assert strict.score == 0 and "is the answer itself" in strict.reason
+    lenient = _by_name(grading.grade_notebook(path, timeout=30, allow_builtins=True))[TASK1]
+    assert lenient.score > 0  # what its checks give (this cheat is not even right)
+    assert any("allowed by --allow-builtins" in n for n in lenient.notes), lenient.notes
+
+
+def test_a_crash_costs_only_what_depends_on_it(crashes_grade):
+    tasks = _by_name(crashes_grade)
+    # task 1 was solved before os._exit(1): it keeps its marks; so do the tasks after
+    assert tasks[TASK1].passed and tasks[TASK1].score == 3
+    assert tasks["which_bug"].passed and tasks["predicted_variances"].passed
+    died = [c for c in crashes_grade.cells if c.status == "died"]
+    assert [c.id for c in died] == ["exit-cell", "segfault-cell"]
+    assert "exit status 1" in died[0].error
+    assert "SIGSEGV" in died[1].error
+    assert "(exit-cell): the kernel died while running this cell" in crashes_grade.table()
+
+
+def test_a_loop_in_c_code_is_stopped_by_a_restart(loop_grade):
+    grade, seconds = loop_grade
+    (cell,) = [c for c in grade.cells if c.id == "c-loop"]
+    assert cell.status == "died" and "could not be interrupted" in cell.error
+    assert grade.passed and grade.score == 5
+    assert seconds < 90
+
+
+def test_a_memory_bomb_fails_under_the_memory_limit(bomb_grade):
+    tasks = _by_name(bomb_grade)
+    assert tasks[TASK1].passed
+    (cell,) = [c for c in bomb_grade.cells if c.id == "bomb"]
+    assert cell.status == "error" and "memory" in cell.error.lower(), cell
+    # the bomb was placed after task 2's solution cell: task 2 still passes
+    assert tasks["which_bug"].passed and tasks["predicted_variances"].passed
+
+
+def test_a_forked_child_does_not_outlive_the_grade(fork_grade):
+    grade, pid_file = fork_grade
+    assert grade.passed and grade.score == 5
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the forked child {pid} is still running")
+
+
+def test_grade_json_lists_findings(importlib_grade):
+    document = json.loads(json.dumps(importlib_grade.to_dict()))
+    task = next(t for t in document["tasks"] if t["name"] == TASK1)
+    assert {f["kind"] for f in task["findings"]} == {"dynamic", "called"}

@@ -1,0 +1,97 @@
+"""`attention-course grade FOLDER --jobs 2 --csv --junit` end to end, on four submissions:
+a solved and an unsolved exercise 4, the broken exercise 6 (a named mistake), and a
+file that is not a notebook. One run (two kernels at a time, about a minute)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+pytest.importorskip("nbformat")
+pytest.importorskip("nbclient")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def folder_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("class")
+    shutil.copy(ROOT / "exercises/solutions/04_scaled_dot_product.ipynb", folder / "ada.ipynb")
+    shutil.copy(ROOT / "exercises/04_scaled_dot_product.ipynb", folder / "bob.ipynb")
+    (folder / "sub").mkdir()
+    shutil.copy(ROOT / "tests/fixtures/06_broken.ipynb.json", folder / "sub" / "cy.ipynb")
+    shutil.copy(ROOT / "tests/fixtures/adv_not_a_notebook.ipynb.json", folder / "dee.ipynb")
+    out = tmp_path_factory.mktemp("out")
+    command = [
+        sys.executable,
+        "-m",
+        "attention_course.cli",
+        "grade",
+        str(folder),
+        "--jobs",
+        "2",
+        "--timeout",
+        "10",
+        "--csv",
+        str(out / "grades.csv"),
+        "--junit",
+        str(out / "grades.xml"),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=500)
+    return done, out, folder
+
+
+def test_folder_gradebook(folder_run):
+    done, out, folder = folder_run
+    assert done.returncode == 2, done.stderr  # one submission could not be read
+    rows = list(csv.DictReader((out / "grades.csv").open(encoding="utf-8")))
+    by_file = {Path(r["file"]).name: r for r in rows}
+    assert list(by_file) == ["ada.ipynb", "bob.ipynb", "dee.ipynb", "cy.ipynb"]
+    assert (by_file["ada.ipynb"]["total"], by_file["ada.ipynb"]["max"]) == ("5", "5")
+    assert by_file["ada.ipynb"]["scaled_dot_product_attention"] == "3"
+    assert by_file["bob.ipynb"]["total"] == "0"
+    assert "cannot read" in by_file["dee.ipynb"]["error"]
+    assert by_file["cy.ipynb"]["split_heads"] == "2"
+
+
+def test_junit_has_a_case_per_task_with_the_reason(folder_run):
+    _, out, _ = folder_run
+    root = ET.parse(out / "grades.xml").getroot()
+    suites = {Path(s.get("name")).name: s for s in root}
+    ada = suites["ada.ipynb"]
+    assert [c.get("name") for c in ada] == [
+        "scaled_dot_product_attention",
+        "which_bug",
+        "predicted_variances",
+    ]
+    assert ada.get("failures") == "0"
+    bob = suites["bob.ipynb"]
+    failure = bob.find("testcase/failure")
+    assert "not implemented" in failure.get("message")
+    assert suites["dee.ipynb"].find("testcase/error") is not None
+
+
+def test_summary_names_the_common_mistakes(folder_run):
+    done, _, _ = folder_run
+    text = done.stdout
+    assert "4 submissions, 3 graded, 1 could not be read" in text
+    assert "scaled_dot_product_attention: mean 1.5/3, passed 1/2" in text
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  MultiHeadAttention: mean"))
+    mistakes = [line for line in lines[at + 1 :] if line.startswith("      ")]
+    # the broken notebook's named mistake (its "Likely mistake:" line), counted once
+    assert mistakes and mistakes[0].startswith("      1 x "), lines[at:]
+
+
+def test_no_stray_kernel_warnings(folder_run):
+    done, _, _ = folder_run
+    assert "without encryption" not in done.stderr
+    assert "grading" in done.stderr  # the progress bar

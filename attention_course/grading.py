@@ -581,6 +581,9 @@ def _apply_findings(
         lost = grade.score
         grade.score, grade.fraction, grade.passed = 0.0, 0.0, False
         text = "\n".join(f.message() for f in denied)
+        if grade.report is None and grade.reason:  # not checked: keep why, add the findings
+            grade.reason += "\n" + text
+            return
         grade.reason = (
             "not the student's own code: "
             + text

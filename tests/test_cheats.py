@@ -144,7 +144,13 @@ def test_a_crash_costs_only_what_depends_on_it(crashes_grade):
     tasks = _by_name(crashes_grade)
     # task 1 was solved before os._exit(1): it keeps its marks; so do the tasks after
     assert tasks[TASK1].passed and tasks[TASK1].score == 3
-    assert tasks["which_bug"].passed and tasks["predicted_variances"].passed
+    assert tasks["predicted_variances"].passed
+    # a kernel that dies in a task's check costs that task only
+    which_bug = tasks["which_bug"]
+    assert which_bug.score == 0
+    assert which_bug.reason == (
+        "not graded: the kernel died while running its check (exit status 3)"
+    )
     died = [c for c in crashes_grade.cells if c.status == "died"]
     assert [c.id for c in died] == ["exit-cell", "segfault-cell"]
     assert "exit status 1" in died[0].error
@@ -188,3 +194,19 @@ def test_grade_json_lists_findings(importlib_grade):
     document = json.loads(json.dumps(importlib_grade.to_dict()))
     task = next(t for t in document["tasks"] if t["name"] == TASK1)
     assert {f["kind"] for f in task["findings"]} == {"dynamic", "called"}
+
+
+def test_a_dead_cell_is_named_in_the_reasons_of_the_tasks_it_cost():
+    runs = {5: grading.CellRun(5, "helpers", "died", "the kernel died (exit status 1)")}
+    grade = grading.TaskGrade("t", "check", "t", 3, reason="case: raised NameError")
+    grading._blame_dead_cells(grade, {5, 7}, [5], runs)
+    assert grade.reason.splitlines()[1] == (
+        "cell 5 (helpers), which this task needs, killed the kernel: "
+        "the kernel died (exit status 1)"
+    )
+    other = grading.TaskGrade("u", "check", "u", 3, reason="case: wrong")
+    grading._blame_dead_cells(other, {7}, [5], runs)  # does not need cell 5
+    assert other.reason == "case: wrong"
+    task = {"solution_cell": "t"}
+    why = grading._why_missing(task, nbformat.v4.new_notebook(), {"t": 5}, runs)
+    assert why == " (cell 5, which defines it, killed the kernel: the kernel died (exit status 1))"

@@ -95,3 +95,26 @@ def test_no_stray_kernel_warnings(folder_run):
     done, _, _ = folder_run
     assert "without encryption" not in done.stderr
     assert "grading" in done.stderr  # the progress bar
+
+
+# ---------------------------------------------------------------- tiered hints, no kernel
+
+
+def test_hints_in_three_tiers():
+    from attention_course.checks import REGISTRY, check_scaled_dot_product_attention
+    from attention_course.checks._hints import CONCEPTS
+
+    assert {c.target for c in REGISTRY} <= set(CONCEPTS)  # a concept for every checker
+
+    def unscaled(query, key, value, mask=None, dropout_p=0.0, scale=None):
+        weights = (query @ key.transpose(-2, -1)).softmax(dim=-1)
+        return weights @ value, weights
+
+    report = check_scaled_dot_product_attention(unscaled)
+    assert "1/sqrt(d_k) scale" in report.hint(1)
+    assert "book/04_scaled_dot_product.ipynb" in report.hint(2)
+    third = report.hint(3)
+    assert "defaults to 1 / sqrt(d_k)" in third and "Likely mistake:" in third
+
+    with pytest.raises(ValueError, match="expected 1, 2 or 3"):
+        report.hint(4)

@@ -3,8 +3,8 @@
 ``report.hint(1)`` gives the concept behind the target (written here per checker),
 ``report.hint(2)`` the chapter that teaches it (``book/NN_name.ipynb``, and its page
 ``book/NN_name.html`` in the built book), ``report.hint(3)`` what to change: the
-mistake the checker named ("Likely mistake: ...", "Hint: ...") or, for a mistake with hand-written tiers in
-`EXPLICIT`, the text written for it.
+mistake the checker named ("Likely mistake: ...", "Hint: ...") or, for a mistake with
+hand-written tiers in `EXPLICIT`, the text written for it.
 """
 
 from __future__ import annotations

@@ -90,19 +90,30 @@ def _progress(total: int, enabled: bool):
 # ---------------------------------------------------------------- outputs
 
 
+def _keyer(entries: Sequence[Entry]) -> Callable:
+    """A task's column name: its id, or ``exercise/id`` when several exercises are graded
+    together (exercises 6 and 8 both have a ``parameter_count``)."""
+    exercises = {e.grade.exercise for e in entries if e.grade}
+    if len(exercises) <= 1:
+        return lambda grade, task: task.id
+    return lambda grade, task: f"{grade.exercise}/{task.id}"
+
+
 def task_names(entries: Sequence[Entry]) -> list[str]:
-    """Every task id, in the order the submissions list them."""
+    """Every task's column name, in the order the submissions list them."""
+    key = _keyer(entries)
     names: list[str] = []
     for entry in entries:
         for task in entry.grade.tasks if entry.grade else []:
-            if task.id not in names:
-                names.append(task.id)
+            if key(entry.grade, task) not in names:
+                names.append(key(entry.grade, task))
     return names
 
 
 def write_csv(entries: Sequence[Entry], stream) -> None:
     """One row per submission: file, exercise, total, max, one column per task, error."""
     tasks = task_names(entries)
+    key = _keyer(entries)
     writer = csv.writer(stream)
     writer.writerow(["file", "exercise", "total", "max", *tasks, "error"])
     for entry in entries:
@@ -110,7 +121,7 @@ def write_csv(entries: Sequence[Entry], stream) -> None:
         if grade is None:
             writer.writerow([str(entry.path), "", 0, "", *[""] * len(tasks), entry.error])
             continue
-        scores = {t.id: f"{t.score:g}" for t in grade.tasks}
+        scores = {key(grade, t): f"{t.score:g}" for t in grade.tasks}
         writer.writerow(
             [
                 str(entry.path),
@@ -157,8 +168,9 @@ def summary(entries: Sequence[Entry], top: int = 3) -> list[dict]:
     """Per task: mean score, points, how many passed, and the most common named mistakes
     (grouped by their "Likely mistake:" line, every failing case of every submission)."""
     out = []
+    key = _keyer(entries)
     for name in task_names(entries):
-        grades = [t for e in entries if e.grade for t in e.grade.tasks if t.id == name]
+        grades = [t for e in entries if e.grade for t in e.grade.tasks if key(e.grade, t) == name]
         mistakes: Counter[str] = Counter()
         for task in grades:
             named = set()  # one count per submission per mistake

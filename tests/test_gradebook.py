@@ -118,3 +118,36 @@ def test_hints_in_three_tiers():
 
     with pytest.raises(ValueError, match="expected 1, 2 or 3"):
         report.hint(4)
+
+
+def test_gradebook_outputs_without_a_kernel():
+    import io
+
+    from attention_course import gradebook, grading
+
+    def task(score, reason=""):
+        return grading.TaskGrade(
+            "parameter_count", "quiz", "parameter_count", 1, score, score, score == 1, reason
+        )
+
+    entries = [
+        gradebook.Entry(Path("a"), grading.Grade("a", "06", [task(1)], [], 60)),
+        gradebook.Entry(
+            Path("b"), grading.Grade("b", "08", [task(0, "x\nLikely mistake: no biases.")], [], 60)
+        ),
+        gradebook.Entry(Path("c"), error="cannot read c"),
+    ]
+    out = io.StringIO()
+    gradebook.write_csv(entries, out)
+    # two exercises with a task of the same name: one column each
+    assert out.getvalue().splitlines() == [
+        "file,exercise,total,max,06/parameter_count,08/parameter_count,error",
+        "a,06,1,1,1,,",
+        "b,08,0,1,,0,",
+        "c,,0,,,,cannot read c",
+    ]
+    rows = gradebook.summary(entries)
+    assert rows[1]["common_mistakes"] == [{"mistake": "no biases.", "count": 1}]
+    root = ET.fromstring(gradebook.junit_xml(entries).split("?>", 1)[1])
+    assert root[1][0].find("failure").get("message") == "x"
+    assert root[2].get("errors") == "1"

@@ -56,10 +56,10 @@ def test_folder_gradebook(folder_run):
     by_file = {Path(r["file"]).name: r for r in rows}
     assert list(by_file) == ["ada.ipynb", "bob.ipynb", "dee.ipynb", "cy.ipynb"]
     assert (by_file["ada.ipynb"]["total"], by_file["ada.ipynb"]["max"]) == ("5", "5")
-    assert by_file["ada.ipynb"]["scaled_dot_product_attention"] == "3"
+    assert by_file["ada.ipynb"]["04_scaled_dot_product/scaled_dot_product_attention"] == "3"
     assert by_file["bob.ipynb"]["total"] == "0"
     assert "cannot read" in by_file["dee.ipynb"]["error"]
-    assert by_file["cy.ipynb"]["split_heads"] == "2"
+    assert by_file["cy.ipynb"]["06_multi_head_attention/split_heads"] == "2"
 
 
 def test_junit_has_a_case_per_task_with_the_reason(folder_run):
@@ -83,9 +83,14 @@ def test_summary_names_the_common_mistakes(folder_run):
     done, _, _ = folder_run
     text = done.stdout
     assert "4 submissions, 3 graded, 1 could not be read" in text
-    assert "scaled_dot_product_attention: mean 1.5/3, passed 1/2" in text
+    # two exercises: each task is named with its exercise
+    assert "04_scaled_dot_product/scaled_dot_product_attention: mean 1.5/3, passed 1/2" in text
     lines = text.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith("  MultiHeadAttention: mean"))
+    at = next(
+        i
+        for i, line in enumerate(lines)
+        if line.startswith("  06_multi_head_attention/MultiHeadAttention: mean")
+    )
     mistakes = [line for line in lines[at + 1 :] if line.startswith("      ")]
     # the broken notebook's named mistake (its "Likely mistake:" line), counted once
     assert mistakes and mistakes[0].startswith("      1 x "), lines[at:]

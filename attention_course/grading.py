@@ -321,9 +321,16 @@ class _Runner:
     # -- the kernel's life
 
     def start(self) -> None:
+        options = {}
         if self.kernel_name == KERNEL_NAME:
+            import subprocess
+
             self.client.km = grader_kernel_manager(self.memory_limit)
-        self._context = self.client.setup_kernel(cleanup_kc=True)
+            # The kernel's own stdout/stderr (not the cells' outputs, which come as
+            # messages) would land on the grader's terminal: ipykernel's warnings, a
+            # forked child's complaints, C libraries' messages.
+            options = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        self._context = self.client.setup_kernel(cleanup_kc=True, **options)
         self._context.__enter__()
 
     def stop(self) -> None:

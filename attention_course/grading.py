@@ -351,7 +351,11 @@ class _Runner:
     def restart(self) -> None:
         """A fresh kernel, with the cells in ``self.replay`` run again (quietly)."""
         self.restarts += 1
-        self.stop()
+        graceful, self.client.shutdown_kernel = self.client.shutdown_kernel, "immediate"
+        try:
+            self.stop()  # a dead or hung kernel: no polite shutdown request
+        finally:
+            self.client.shutdown_kernel = graceful
         self.start()
         for index in self.replay:
             cell = nbformat_copy(self.nb.cells[index])

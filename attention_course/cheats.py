@@ -375,8 +375,7 @@ def _check_call(call: ast.Call, cell: int, aliases: dict[str, str], add, check_p
         else:
             check_path(name, cell, call)
     elif path in ("exec", "eval", "compile"):
-        if not (call.args and _const_str(call.args[0]) is not None and path != "exec"):
-            add("dynamic", cell, call, f"runs code from a string (`{path}`)")
+        add("dynamic", cell, call, f"runs code from a string (`{path}`)")
     elif path in ("getattr", "builtins.getattr") and len(call.args) >= 2:
         target = _dotted(call.args[0])
         if target is None:

@@ -220,3 +220,52 @@ def test_a_dead_cell_is_named_in_the_reasons_of_the_tasks_it_cost():
     task = {"solution_cell": "t"}
     why = grading._why_missing(task, nbformat.v4.new_notebook(), {"t": 5}, runs)
     assert why == " (cell 5, which defines it, killed the kernel: the kernel died (exit status 1))"
+
+
+SIG = "def scaled_dot_product_attention(query, key, value, mask=None, dropout_p=0.0, scale=None):"
+
+
+@pytest.mark.parametrize(
+    ("source", "kind", "what"),
+    [
+        (
+            f"{SIG}\n    return getattr(ac, 'scaled_dot_product_attention')(query, key, value)",
+            "reference",
+            "attention_course.scaled_dot_product_attention",
+        ),
+        (
+            f"import sys\n{SIG}\n    m = sys.modules['attention_' + 'course']\n    return m",
+            "dynamic",
+            "reads `sys.modules`",
+        ),
+        (f"{SIG}\n    return eval('ac.scaled_dot_product_attention')(query, key, value)", "", ""),
+        (
+            f"sdpa = torch.nn.functional.scaled_dot_product_attention\n{SIG}\n"
+            "    return sdpa(query, key, value), None",
+            "builtin",
+            "torch.nn.functional.scaled_dot_product_attention",
+        ),
+        # a helper defined in another cell, called by the solution
+        (f"{SIG}\n    return helper(query, key, value)", "reference", "attention_course.attention"),
+    ],
+)
+def test_static_scan_spellings(source, kind, what):
+    nb = nbformat.read(SOLVED, as_version=4)
+    (cell,) = [c for c in nb.cells if c.get("id") == "task1-solution"]
+    cell.source = source
+    helper = "from attention_course import attention\n\n\ndef helper(q, k, v):\n"
+    helper += "    return attention.scaled_dot_product_attention(q, k, v)"
+    nb.cells.insert(4, nbformat.v4.new_code_cell(helper))
+    findings = scan_notebook(nb, grading.find_tasks(nb))[TASK1]
+    if not kind:  # eval: flagged as code the grader cannot follow
+        assert [f.kind for f in findings] == ["dynamic"] and "eval" in findings[0].what
+        return
+    assert any(f.kind == kind and f.what.startswith(what) for f in findings), findings
+
+
+def test_a_subclass_of_the_builtin_is_flagged():
+    nb = nbformat.read(ROOT / "exercises" / "solutions" / "07_layernorm_batchnorm.ipynb", 4)
+    (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "LayerNorm"]
+    cell.source = "class LayerNorm(nn.LayerNorm):\n    pass"
+    findings = scan_notebook(nb, grading.find_tasks(nb))["LayerNorm"]
+    assert [(f.kind, f.what) for f in findings] == [("builtin", "torch.nn.LayerNorm")]

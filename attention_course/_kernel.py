@@ -1,8 +1,12 @@
 """The grader's kernel: the current interpreter, under a memory limit, over IPC sockets.
 
 ``python -m attention_course._kernel --memory-limit BYTES -- -f CONNECTION_FILE`` sets
-``RLIMIT_AS`` (the address space the process may map) on itself and then starts the
-usual ``ipykernel`` kernel. A cell that allocates more than the limit gets a
+``RLIMIT_DATA`` (on Linux 4.7 and later: the private writable memory the process may
+map, heap and anonymous ``mmap`` alike) on itself and then starts the usual
+``ipykernel`` kernel. ``RLIMIT_DATA`` rather than ``RLIMIT_AS`` (all address space):
+CUDA reserves tens of GiB of address space that it never writes (inaccessible
+mappings, which ``RLIMIT_DATA`` does not count), so an address-space limit would stop
+CUDA from starting on a GPU machine. A cell that allocates more than the limit gets a
 ``MemoryError`` (or PyTorch's "can't allocate memory" ``RuntimeError``) instead of
 taking the machine's memory; a limit of 0 means no limit. The grader's kernel manager
 (`GraderKernelManager`) launches kernels this way, talks to them over Unix-domain (IPC)
@@ -18,19 +22,19 @@ import signal
 import sys
 from typing import Any
 
-DEFAULT_MEMORY_LIMIT = 4 << 30  # bytes of address space per kernel (4 GiB)
+DEFAULT_MEMORY_LIMIT = 4 << 30  # bytes of private writable memory per kernel (4 GiB)
 
 
 def set_memory_limit(limit: int) -> None:
-    """Limit this process's address space to ``limit`` bytes (0: leave it unlimited)."""
+    """Limit this process's private writable memory to ``limit`` bytes (0: no limit)."""
     if limit <= 0:
         return
     import resource
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
 
 
 def parse_size(text: str) -> int:
@@ -110,7 +114,7 @@ def _kernel_manager_class():
 
 def grader_kernel_manager(memory_limit: int = DEFAULT_MEMORY_LIMIT, **options: Any):
     """A kernel manager for grading: this interpreter's ``python3`` kernel, ``memory_limit``
-    bytes of address space, IPC transport."""
+    bytes of memory, IPC transport."""
     import tempfile
     import uuid
 

@@ -422,7 +422,7 @@ def grade_notebook(
 ) -> Grade:
     """Execute and grade one submission; never raises because of the submission.
 
-    ``memory_limit`` bytes of address space for the kernel (0: none). A solution that
+    ``memory_limit`` bytes of memory for the kernel (0: none). A solution that
     calls the reference or the built-in that is the answer scores 0 unless
     ``allow_builtins``, which turns that into a note.
     """
@@ -662,7 +662,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=parse_size,
         default=DEFAULT_MEMORY_LIMIT,
         metavar="SIZE",
-        help="address space each kernel may use, e.g. 4G, 512M; 0 for no limit (default 4G)",
+        help="memory each kernel may use (RLIMIT_DATA), e.g. 4G, 512M; 0 for no limit (default 4G)",
     )
     parser.add_argument(
         "--allow-builtins",

@@ -1,6 +1,8 @@
 """Grade a submitted exercise notebook from the command line.
 
-``attention-course grade SUBMISSION.ipynb [--json] [--timeout SECONDS]``
+``attention-course grade SUBMISSION.ipynb [--json] [--timeout SECONDS]``, or for a class
+``attention-course grade DIR_OR_FILES... [--jobs N] [--csv FILE] [--junit FILE] [--json]``
+(`attention_course.gradebook`).
 
 1. The notebook runs top to bottom in a fresh ``python3`` kernel (nbclient), each cell
    under a time limit. A cell that raises or runs over its limit is recorded and the run
@@ -13,13 +15,19 @@
    the kernel's namespace and runs its checker, or its quiz check, in that same kernel.
 3. Each task scores ``points x report.score``. What could not run scores zero, with the
    reason: not defined (and why: the cell that defines it raised, or timed out, or was
-   deleted), the reference imported instead of the student's own code, a check that ran
-   over its time limit, a kernel that died.
+   deleted, or killed the kernel), the reference imported instead of the student's own
+   code, a check that ran over its time limit, a kernel that died during the check.
+   A solution that calls the reference or the built-in that is the answer scores 0
+   (`attention_course.cheats`; ``--allow-builtins`` makes a built-in a note).
 4. The table shows, for each task that lost points, the first failing case with its
    whole message: the first line on the task's row, then the lines that name the
    mistake ("Likely mistake: ...", "Hint: ...") or the line of code that raised,
    wrapped under it. ``--json`` gives the same text as the task's ``reason``, and every
    case's message in the task's ``report``.
+
+5. A cell that kills the kernel (or loops in compiled code past its limit) is marked
+   ``died``; a fresh kernel replays the cells that had run and the run goes on, so a
+   crash costs only what depends on it. Kernels run under ``--memory-limit``.
 
 The exit status is 0 only when every task passes. ``--json`` prints a JSON document for
 a learning-management system instead of the table.

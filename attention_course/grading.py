@@ -24,7 +24,6 @@
    mistake ("Likely mistake: ...", "Hint: ...") or the line of code that raised,
    wrapped under it. ``--json`` gives the same text as the task's ``reason``, and every
    case's message in the task's ``report``.
-
 5. A cell that kills the kernel (or loops in compiled code past its limit) is marked
    ``died``; a fresh kernel replays the cells that had run and the run goes on, so a
    crash costs only what depends on it. Kernels run under ``--memory-limit``.

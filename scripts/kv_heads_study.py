@@ -1,6 +1,7 @@
 """Chapter 15's quality study: the same GPT with Hkv = H, H/2 and 1 key/value heads.
 
-Run from the repository root (seeded; a few minutes on two CPU cores)::
+Run from the repository root (seeded; the committed results took 30 minutes with one
+thread on the course's shared 2-core machine)::
 
     OMP_NUM_THREADS=2 python scripts/kv_heads_study.py
     python scripts/kv_heads_study.py --quick --out /tmp/kv.json   # a smoke test (seconds)

@@ -81,7 +81,8 @@ REQUIRED_MODES: dict[str, set[str]] = {
     "attention_rollout": _GRAD
     | {"L=1", "L>1", "H differs between layers", "causal", "B>1", "T=1", "dtype=float32"},
     # chapter 15
-    "repeat_kv": _GRAD | {"Hkv=1", "Hkv>1", "n_rep=1", "S=1", "B>1", "dtype=float32"},
+    "repeat_kv": _GRAD
+    | {"Hkv=1", "Hkv>1", "n_rep=1", "n_rep=1 x grad", "S=1", "B>1", "dtype=float32"},
     "sliding_window_mask": {"device=meta", "window=1", "window>=size", "bad window"},
 }
 

@@ -8,7 +8,7 @@ import torch
 
 from attention_course import kv as ref
 
-from ._compare import expect_close
+from ._compare import _matches, expect_close, fmt_shape
 from ._data import leaf, randn
 from ._modules import expect_same_grads
 from ._runner import (
@@ -48,11 +48,33 @@ REPEAT_SWAPPED = (
     "you repeated each head Hkv times instead of n_rep times (the two numbers swapped): "
     "the output has Hkv · n_rep heads, each key/value head copied n_rep times"
 )
+REPEAT_ONE_SHORT = (
+    "each key/value head appears n_rep - 1 times, one copy too few (`repeat_interleave` "
+    "takes the number of copies in the output, n_rep, not the number of extra copies)"
+)
+REPEAT_POSITIONS_RESHAPED = (
+    "the copies were made along the positions (dim=2, or an expand after the position "
+    "axis) and then reshaped into heads, so each output head holds a mix of positions; "
+    "copy along dim=1, the head axis: `torch.repeat_interleave(x, n_rep, dim=1)`"
+)
+REPEAT_FEATURES_RESHAPED = (
+    "each feature is repeated n_rep times (copies along dim=3, the features) and then "
+    "reshaped into heads; copy along dim=1, the head axis: "
+    "`torch.repeat_interleave(x, n_rep, dim=1)`"
+)
+REPEAT_FIRST_BATCH = (
+    "batch element 0 is right but the others are copies of it: do not index or expand "
+    "the batch axis; keep every batch element and copy only along dim=1"
+)
+REPEAT_AVERAGED = (
+    "every value is the expected one divided by n_rep: copy the heads, do not average them"
+)
 
 
 def _repeat_mistakes(x: torch.Tensor, n_rep: int):
     x = x.detach()
-    Hkv = x.shape[1]
+    B, Hkv, S, Dh = x.shape
+    H = Hkv * n_rep
     return [
         (REPEAT_TILED, lambda: x.repeat(1, n_rep, 1, 1)),
         (REPEAT_POSITIONS, lambda: torch.repeat_interleave(x, n_rep, dim=2)),
@@ -62,7 +84,59 @@ def _repeat_mistakes(x: torch.Tensor, n_rep: int):
         (REPEAT_FEATURES, lambda: torch.repeat_interleave(x, n_rep, dim=-1)),
         (REPEAT_FEATURES, lambda: x.repeat(1, 1, 1, n_rep)),
         (REPEAT_SWAPPED, lambda: torch.repeat_interleave(x, Hkv, dim=1)),
+        (REPEAT_ONE_SHORT, lambda: torch.repeat_interleave(x, n_rep - 1, dim=1)),
+        (
+            REPEAT_POSITIONS_RESHAPED,
+            lambda: torch.repeat_interleave(x, n_rep, dim=2).reshape(B, H, S, Dh),
+        ),
+        (
+            REPEAT_FEATURES_RESHAPED,
+            lambda: torch.repeat_interleave(x, n_rep, dim=3).reshape(B, H, S, Dh),
+        ),
+        (
+            REPEAT_FIRST_BATCH,
+            lambda: torch.repeat_interleave(x[:1], n_rep, dim=1).expand(B, H, S, Dh),
+        ),
+        (REPEAT_AVERAGED, lambda: torch.repeat_interleave(x, n_rep, dim=1) / n_rep),
     ]
+
+
+def _unambiguous(mistakes, expected: torch.Tensor):
+    """The known mistakes that a wrong output names without doubt: a mistake is dropped
+    when it gives the right answer on this input, or when another mistake with a different
+    description gives the same output (at Hkv = 2, n_rep = 3 "Hkv copies" and "n_rep - 1
+    copies" are the same tensor, and naming either would be a guess)."""
+    outputs = []
+    for description, compute in mistakes:
+        try:
+            out = compute()
+        except Exception:  # noqa: BLE001 - a mistake that cannot be computed does not match
+            continue
+        if isinstance(out, torch.Tensor):
+            out = out.detach().cpu()
+            if out.shape == expected.shape and _matches(expected, out, 0.0, 0.0):
+                continue
+            outputs.append((description, out))
+    kept = []
+    for description, out in outputs:
+        if any(
+            other_description != description
+            and other.shape == out.shape
+            and _matches(out, other, 0.0, 0.0)
+            for other_description, other in outputs
+        ):
+            continue
+        kept.append((description, lambda out=out: out))
+    return kept
+
+
+def _index_hint(text: str) -> str | None:
+    if "out of bounds" in text or "out of range" in text:
+        return (
+            "an index past the last key/value head: output head h is input head h // n_rep "
+            "(always < Hkv); dividing by Hkv instead of n_rep overshoots"
+        )
+    return None
 
 
 def _repeat_what(x: torch.Tensor, n_rep: int) -> str:
@@ -70,19 +144,57 @@ def _repeat_what(x: torch.Tensor, n_rep: int) -> str:
     return f"repeat_kv(x {tuple(x.shape)} {dtype}, n_rep={n_rep})"
 
 
+def _expect_repeat(got, expected: torch.Tensor, x: torch.Tensor, n_rep: int, name: str):
+    """``expect_close`` with the head count spelled out when it is wrong."""
+    mistakes = _unambiguous(_repeat_mistakes(x, n_rep), expected)
+    Hkv = x.shape[1]
+    if (
+        isinstance(got, torch.Tensor)
+        and got.dim() == 4
+        and tuple(got.shape) != tuple(expected.shape)
+        and got.shape[1] != expected.shape[1]
+    ):
+        message = (
+            f"{name}: expected shape {fmt_shape(expected.shape)}, got {fmt_shape(got.shape)}: "
+            f"expected Hkv · n_rep = {Hkv} · {n_rep} = {Hkv * n_rep} heads, got "
+            f"{got.shape[1]}; each of the {Hkv} key/value heads must appear n_rep = {n_rep} "
+            "times"
+        )
+        try:
+            expect_close(got, expected, name, mistakes=mistakes)
+        except CaseFailed as error:
+            text = str(error)
+            if "\nLikely mistake:" in text:
+                message += text[text.index("\nLikely mistake:") :]
+        raise CaseFailed(message)
+    expect_close(got, expected, name, mistakes=mistakes)
+
+
 def _repeat_case(
-    candidate, shape: tuple[int, int, int, int], n_rep: int, *, seed: int, dtype=torch.float64
+    candidate,
+    shape: tuple[int, int, int, int],
+    n_rep: int,
+    *,
+    seed: int,
+    dtype=torch.float64,
+    grad: bool = False,
 ):
     def run():
         x = randn(*shape, seed=seed, dtype=dtype)
-        expected = ref.repeat_kv(x.clone(), n_rep)
-        got = call_student(candidate, x, n_rep, what=_repeat_what(x, n_rep), arg_names=("x",))
-        expect_close(
-            got,
-            expected,
-            f"the output of {_repeat_what(x, n_rep)}",
-            mistakes=_repeat_mistakes(x, n_rep),
+        mine, theirs = (leaf(x), leaf(x)) if grad else (x.clone(), x.clone())
+        expected = ref.repeat_kv(theirs, n_rep)
+        got = call_student(
+            candidate,
+            mine,
+            n_rep,
+            what=_repeat_what(x, n_rep),
+            arg_names=("x",),
+            error_hint=_index_hint,
         )
+        _expect_repeat(got, expected, x, n_rep, f"the output of {_repeat_what(x, n_rep)}")
+        if grad:
+            # n_rep = 1 may return x itself, but the gradient must still reach x.
+            expect_same_grads(got, expected, {"x": (mine, theirs)})
 
     return run
 
@@ -93,7 +205,7 @@ def _repeat_grad_case(candidate):
         mine, theirs = leaf(x), leaf(x)
         expected = ref.repeat_kv(theirs, 3)
         got = call_student(candidate, mine, 3, what=_repeat_what(x, 3), arg_names=("x",))
-        expect_close(got, expected, "the output", mistakes=_repeat_mistakes(x, 3))
+        _expect_repeat(got, expected, x, 3, "the output")
         # Each key/value head's gradient is the sum over the n_rep query heads that share it.
         expect_same_grads(got, expected, {"x": (mine, theirs)})
 
@@ -121,10 +233,9 @@ def check_repeat_kv(candidate) -> list[Case]:
             covers=frozenset({"Hkv=1", "B>1"}),
         ),
         Case(
-            "n_rep=1: the heads unchanged",
-            _repeat_case(candidate, (2, 4, 3, 2), 1, seed=4),
-            weight=TRIVIAL,
-            covers=frozenset({"n_rep=1"}),
+            "n_rep=1: the heads unchanged, and the gradient still reaches x",
+            _repeat_case(candidate, (2, 4, 3, 2), 1, seed=4, grad=True),
+            covers=frozenset({"n_rep=1", "n_rep=1 x grad", "grad"}),
         ),
         Case(
             "S=1 (one cached position), Hkv=2, n_rep=2",
@@ -175,6 +286,19 @@ WINDOW_NO_DIAGONAL = (
     "your window leaves out the diagonal: a token must see itself; keep j when 0 <= i - j < "
     "window (i - j = 0 included)"
 )
+WINDOW_SHIFTED = (
+    "your band is shifted one step back, 0 < i - j <= window: the diagonal is False (a "
+    "token must see itself, i - j = 0) and the key i - window, one too far back, is True; "
+    "keep j when 0 <= i - j < window"
+)
+WINDOW_MODULO = (
+    "your mask compares slots (positions mod window), as the rolling cache stores them; "
+    "the mask is about positions: True where 0 <= i - j < window, no modulo"
+)
+WINDOW_ADDITIVE = (
+    "you returned an additive float mask (0 where a token may attend, -inf elsewhere); "
+    "this function returns a bool mask, True = may attend (the pattern itself is right)"
+)
 
 
 def _window_mistakes(size: int, window: int):
@@ -189,9 +313,17 @@ def _window_mistakes(size: int, window: int):
         (WINDOW_FUTURE, lambda: (d <= 0) & (d > -window)),
         (WINDOW_IGNORED, lambda: d >= 0),
         (WINDOW_INVERTED, lambda: ~((d >= 0) & (d < window))),
-        (WINDOW_NO_DIAGONAL, lambda: (d > 0) & (d <= window)),
+        (WINDOW_SHIFTED, lambda: (d > 0) & (d <= window)),
         (WINDOW_NO_DIAGONAL, lambda: (d > 0) & (d < window)),
+        (WINDOW_MODULO, lambda: (d >= 0) & (i % window >= j % window)),
+        (WINDOW_MODULO, lambda: i % window >= j % window),
     ]
+
+
+def _device_hint(text: str) -> str | None:
+    if "device" in text:
+        return "create every tensor (both `arange`s, any `ones`) on `device`"
+    return None
 
 
 def _window_case(candidate, size: int, window: int, with_device: bool = False):
@@ -200,8 +332,23 @@ def _window_case(candidate, size: int, window: int, with_device: bool = False):
         kwargs = {"device": torch.device("cpu")} if with_device else {}
         extra = ", device=torch.device('cpu')" if with_device else ""
         what = f"sliding_window_mask({size}, window={window}{extra})"
-        got = call_student(candidate, size, window, what=what, **kwargs)
-        expect_close(got, expected, f"the mask of {what}", mistakes=_window_mistakes(size, window))
+        got = call_student(candidate, size, window, what=what, error_hint=_device_hint, **kwargs)
+        if (
+            isinstance(got, torch.Tensor)
+            and got.is_floating_point()
+            and tuple(got.shape) == tuple(expected.shape)
+            and bool(((got == 0) | (got == float("-inf"))).all())
+            and bool((got == float("-inf")).any())
+            and torch.equal((got == 0).cpu(), expected)
+        ):
+            raise CaseFailed(
+                f"the mask of {what}: expected dtype torch.bool, got {got.dtype}\n"
+                f"Likely mistake: {WINDOW_ADDITIVE}."
+            )
+        # A mistake is named only where it alone explains the output: at size 1 an inverted
+        # mask, a window one too narrow and a missing diagonal all give [[False]].
+        mistakes = _unambiguous(_window_mistakes(size, window), expected)
+        expect_close(got, expected, f"the mask of {what}", mistakes=mistakes)
         if with_device and got.device != torch.device("cpu"):
             raise CaseFailed(f"the mask is on {got.device}, expected the requested device cpu")
 
@@ -214,7 +361,7 @@ def _window_meta_case(candidate, size: int, window: int):
     def run():
         meta = torch.device("meta")
         what = f"sliding_window_mask({size}, {window}, device=torch.device('meta'))"
-        got = call_student(candidate, size, window, device=meta, what=what)
+        got = call_student(candidate, size, window, device=meta, what=what, error_hint=_device_hint)
         _expect_meta_mask(
             got,
             (size, size),

@@ -39,6 +39,48 @@ def repeat_kv_detached(x, n_rep):
     return torch.repeat_interleave(x.detach(), n_rep, dim=1)
 
 
+def repeat_kv_detached_when_one(x, n_rep):
+    """n_rep = 1 returns a detached copy (to avoid aliasing): no gradient reaches w_k, w_v
+    in a model with num_kv_heads == num_heads (student 15's wrong verdict)."""
+    if n_rep == 1:
+        return x.detach().clone()
+    return torch.repeat_interleave(x, n_rep, dim=1)
+
+
+def repeat_kv_one_short(x, n_rep):
+    """`repeat_interleave(x, n_rep - 1)`: one copy too few (at Hkv = 2, n_rep = 3 it looks
+    like the swapped numbers; only Hkv = 3, n_rep = 2 tells them apart)."""
+    return torch.repeat_interleave(x, n_rep - 1, dim=1)
+
+
+def repeat_kv_swapped(x, n_rep):
+    """Each head repeated Hkv times instead of n_rep times."""
+    return torch.repeat_interleave(x, x.shape[1], dim=1)
+
+
+def repeat_kv_positions_reshaped(x, n_rep):
+    """Copies along the positions (an expand after the position axis), reshaped to heads."""
+    B, Hkv, S, Dh = x.shape
+    return x[:, :, :, None].expand(B, Hkv, S, n_rep, Dh).reshape(B, Hkv * n_rep, S, Dh)
+
+
+def repeat_kv_features_reshaped(x, n_rep):
+    """Copies along the features, reshaped to heads."""
+    B, Hkv, S, Dh = x.shape
+    return torch.repeat_interleave(x, n_rep, dim=-1).reshape(B, Hkv * n_rep, S, Dh)
+
+
+def repeat_kv_first_batch(x, n_rep):
+    """Batch element 0 expanded over the batch."""
+    B, Hkv, S, Dh = x.shape
+    return torch.repeat_interleave(x[:1], n_rep, dim=1).expand(B, Hkv * n_rep, S, Dh)
+
+
+def repeat_kv_averaged(x, n_rep):
+    """The copies divided by n_rep."""
+    return torch.repeat_interleave(x, n_rep, dim=1) / n_rep
+
+
 def _band(size, device=None):
     i = torch.arange(size, device=device).reshape(size, 1)
     j = torch.arange(size, device=device).reshape(1, size)
@@ -85,6 +127,27 @@ def sliding_window_float(size, window, device=None):
     return ones.tril().triu(diagonal=-(window - 1))
 
 
+def sliding_window_shifted(size, window, device=None):
+    """`0 < i - j <= window`: the diagonal out, one key too far back in."""
+    d = _band(size, device)
+    return (d > 0) & (d <= window)
+
+
+def sliding_window_modulo(size, window, device=None):
+    """Compares rolling-cache slots (positions mod window) instead of positions."""
+    i = torch.arange(size, device=device).reshape(size, 1)
+    j = torch.arange(size, device=device).reshape(1, size)
+    return (i >= j) & (i % window >= j % window)
+
+
+def sliding_window_additive(size, window, device=None):
+    """The right pattern as an additive float mask, 0 / -inf."""
+    d = _band(size, device)
+    return torch.zeros(size, size, device=device).masked_fill(
+        ~((d >= 0) & (d < window)), -torch.inf
+    )
+
+
 CATALOGUE = [
     ("repeat_kv", "x.repeat (tiled)", repeat_kv_tiled, "tiled, not interleaved"),
     (
@@ -98,6 +161,23 @@ CATALOGUE = [
     ("repeat_kv", "repeat along the batch", repeat_kv_batch, "along the batch"),
     ("repeat_kv", "casts to float32", repeat_kv_float32, "expected dtype torch.float64"),
     ("repeat_kv", "detached", repeat_kv_detached, "gradient"),
+    ("repeat_kv", "detached when n_rep = 1", repeat_kv_detached_when_one, "does not require grad"),
+    ("repeat_kv", "n_rep - 1 copies", repeat_kv_one_short, "one copy too few"),
+    ("repeat_kv", "Hkv copies", repeat_kv_swapped, "two numbers swapped"),
+    (
+        "repeat_kv",
+        "expand after the positions, reshaped",
+        repeat_kv_positions_reshaped,
+        "reshaped into heads, so each output head holds a mix of positions",
+    ),
+    (
+        "repeat_kv",
+        "features repeated, reshaped",
+        repeat_kv_features_reshaped,
+        "each feature is repeated",
+    ),
+    ("repeat_kv", "batch element 0 only", repeat_kv_first_batch, "batch element 0 is right"),
+    ("repeat_kv", "copies averaged", repeat_kv_averaged, "do not average"),
     ("sliding_window_mask", "window + 1 visible", sliding_window_too_wide, "one too wide"),
     ("sliding_window_mask", "window - 1 visible", sliding_window_too_narrow, "one too narrow"),
     ("sliding_window_mask", "symmetric band", sliding_window_not_causal, "not causal"),
@@ -105,4 +185,7 @@ CATALOGUE = [
     ("sliding_window_mask", "inverted", sliding_window_inverted, "inverted"),
     ("sliding_window_mask", "no ValueError", sliding_window_no_check, "raise ValueError"),
     ("sliding_window_mask", "float mask", sliding_window_float, "expected dtype torch.bool"),
+    ("sliding_window_mask", "band shifted one back", sliding_window_shifted, "shifted one step"),
+    ("sliding_window_mask", "slots, not positions", sliding_window_modulo, "no modulo"),
+    ("sliding_window_mask", "additive 0 / -inf", sliding_window_additive, "additive float mask"),
 ]

@@ -3,7 +3,7 @@
 Run from the repository root (seeded; the committed results took 30 minutes with one
 thread on the course's shared 2-core machine)::
 
-    OMP_NUM_THREADS=2 python scripts/kv_heads_study.py
+    OMP_NUM_THREADS=1 python scripts/kv_heads_study.py
     python scripts/kv_heads_study.py --quick --out /tmp/kv.json   # a smoke test (seconds)
 
 For every seed and every number of key/value heads it builds
@@ -13,7 +13,11 @@ steps, same learning-rate schedule) on the first 90 % of
 :func:`attention_course.data.python_docs`, and scores it on the whole last 10 %
 (:func:`attention_course.train.evaluate_lm`). The results go to a small JSON file that
 ``book/15_sharing_keys_values.ipynb`` loads and displays (default
-``attention_course/assets/kv_heads15.json``).
+``attention_course/assets/kv_heads15.json``). The models use full causal attention over
+contexts of ``context`` characters (no sliding window). The text is Python's built-in
+documentation topics (``pydoc_data``), so the numbers depend on the Python version;
+the JSON records the Python version and torch's thread count (the committed file, from
+an earlier version of this script, records neither).
 """
 
 from __future__ import annotations
@@ -96,6 +100,8 @@ def main(argv: list[str] | None = None) -> dict:
         "runs": runs,
         "torch": torch.__version__,
         "machine": platform.machine(),
+        "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
         "seconds": round(time.perf_counter() - start, 1),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

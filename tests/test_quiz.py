@@ -443,6 +443,16 @@ MODES = {
         _attention_modes,
     ),
     "11.masked_mean_pool": (lambda x, mask: classifier.masked_mean_pool(x, mask), _pool_modes),
+    # chapter 15: a function of the length; the buffer before, at and after filling up
+    "15.mistral_cache_bytes": (
+        lambda tokens: 2 * 32 * 8 * 128 * 2 * min(tokens, 4096),
+        lambda tokens: {
+            "buffer not full": tokens < 4096,
+            "buffer just full": tokens == 4096,
+            "first slot overwritten": tokens == 4097,
+            "far past the window": tokens > 2 * 4096,
+        },
+    ),
 }
 
 

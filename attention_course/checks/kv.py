@@ -66,6 +66,10 @@ REPEAT_FIRST_BATCH = (
     "batch element 0 is right but the others are copies of it: do not index or expand "
     "the batch axis; keep every batch element and copy only along dim=1"
 )
+REPEAT_DIV_HKV = (
+    "output head h got input head h // Hkv: divide by n_rep, the size of a group, not by "
+    "Hkv, the number of groups (output head h is input head h // n_rep)"
+)
 REPEAT_AVERAGED = (
     "every value is the expected one divided by n_rep: copy the heads, do not average them"
 )
@@ -98,6 +102,7 @@ def _repeat_mistakes(x: torch.Tensor, n_rep: int):
             lambda: torch.repeat_interleave(x[:1], n_rep, dim=1).expand(B, H, S, Dh),
         ),
         (REPEAT_AVERAGED, lambda: torch.repeat_interleave(x, n_rep, dim=1) / n_rep),
+        (REPEAT_DIV_HKV, lambda: x[:, torch.arange(H) // Hkv]),
     ]
 
 
@@ -157,8 +162,9 @@ def _expect_repeat(got, expected: torch.Tensor, x: torch.Tensor, n_rep: int, nam
         message = (
             f"{name}: expected shape {fmt_shape(expected.shape)}, got {fmt_shape(got.shape)}: "
             f"expected Hkv · n_rep = {Hkv} · {n_rep} = {Hkv * n_rep} heads, got "
-            f"{got.shape[1]}; each of the {Hkv} key/value heads must appear n_rep = {n_rep} "
-            "times"
+            f"{got.shape[1]}; "
+            + ("the key/value head" if Hkv == 1 else f"each of the {Hkv} key/value heads")
+            + f" must appear n_rep = {n_rep} times"
         )
         try:
             expect_close(got, expected, name, mistakes=mistakes)

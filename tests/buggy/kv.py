@@ -81,6 +81,12 @@ def repeat_kv_averaged(x, n_rep):
     return torch.repeat_interleave(x, n_rep, dim=1) / n_rep
 
 
+def repeat_kv_divides_by_hkv(x, n_rep):
+    """Output head h takes input head h // Hkv (an IndexError when n_rep > Hkv)."""
+    Hkv = x.shape[1]
+    return x[:, torch.arange(Hkv * n_rep) // Hkv]
+
+
 def _band(size, device=None):
     i = torch.arange(size, device=device).reshape(size, 1)
     j = torch.arange(size, device=device).reshape(1, size)
@@ -178,6 +184,7 @@ CATALOGUE = [
     ),
     ("repeat_kv", "batch element 0 only", repeat_kv_first_batch, "batch element 0 is right"),
     ("repeat_kv", "copies averaged", repeat_kv_averaged, "do not average"),
+    ("repeat_kv", "h // Hkv", repeat_kv_divides_by_hkv, "h // Hkv"),
     ("sliding_window_mask", "window + 1 visible", sliding_window_too_wide, "one too wide"),
     ("sliding_window_mask", "window - 1 visible", sliding_window_too_narrow, "one too narrow"),
     ("sliding_window_mask", "symmetric band", sliding_window_not_causal, "not causal"),

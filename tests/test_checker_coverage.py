@@ -80,9 +80,18 @@ REQUIRED_MODES: dict[str, set[str]] = {
     | {"causality", "T=1", "odd T", "H=1", "B>1"},
     "attention_rollout": _GRAD
     | {"L=1", "L>1", "H differs between layers", "causal", "B>1", "T=1", "dtype=float32"},
+    # chapter 15
+    "repeat_kv": _GRAD
+    | {"Hkv=1", "Hkv>1", "n_rep=1", "n_rep=1 x grad", "S=1", "B>1", "dtype=float32"},
+    "sliding_window_mask": {"device=meta", "window=1", "window>=size", "bad window"},
 }
 
 EXEMPT: dict[tuple[str, str], str] = {
+    ("sliding_window_mask", "S"): (
+        "a keyword-only extra of the reference (queries that are the last of S keys, as "
+        "with a rolling KV cache); exercise 15 asks for sliding_window_mask(size, window, "
+        "device=None) only"
+    ),
     ("sinusoidal_positional_encoding", "device"): (
         "a keyword-only extra of the reference; exercise 09 asks for "
         "sinusoidal_positional_encoding(max_len, d_model) only"

@@ -13,6 +13,7 @@ from . import (
     ffn_positional,
     gpt,
     interpret,
+    kv,
     masking,
     multihead,
     norms,
@@ -41,6 +42,9 @@ REFERENCES = {
     "filter_logits": ac.filter_logits,
     "causal_self_attention": ac.CausalSelfAttention,
     "attention_rollout": ac.attention_rollout,
+    # chapter 15
+    "repeat_kv": ac.repeat_kv,
+    "sliding_window_mask": ac.sliding_window_mask,
 }
 
 CATALOGUE = [
@@ -53,4 +57,5 @@ CATALOGUE = [
     *sampling.CATALOGUE,
     *gpt.CATALOGUE,
     *interpret.CATALOGUE,
+    *kv.CATALOGUE,  # chapter 15
 ]

@@ -80,6 +80,18 @@ REQUIRED_MODES: dict[str, set[str]] = {
     | {"causality", "T=1", "odd T", "H=1", "B>1"},
     "attention_rollout": _GRAD
     | {"L=1", "L>1", "H differs between layers", "causal", "B>1", "T=1", "dtype=float32"},
+    # chapter 16
+    "rms_norm": _GRAD
+    | {
+        "normalized_shape=tuple",
+        "normalized_shape=list",
+        "eps=None",
+        "odd D",
+        "tiny input",
+        "dtype=float32",
+        "dtype=float64",
+    },
+    "swiglu": _GRAD | {"odd sizes"},
 }
 
 EXEMPT: dict[tuple[str, str], str] = {

@@ -14,6 +14,7 @@ from . import (
     gpt,
     interpret,
     masking,
+    modern,
     multihead,
     norms,
     sampling,
@@ -41,6 +42,9 @@ REFERENCES = {
     "filter_logits": ac.filter_logits,
     "causal_self_attention": ac.CausalSelfAttention,
     "attention_rollout": ac.attention_rollout,
+    # chapter 16
+    "rms_norm": ac.RMSNorm,
+    "swiglu": ac.SwiGLU,
 }
 
 CATALOGUE = [
@@ -53,4 +57,5 @@ CATALOGUE = [
     *sampling.CATALOGUE,
     *gpt.CATALOGUE,
     *interpret.CATALOGUE,
+    *modern.CATALOGUE,  # chapter 16
 ]

@@ -86,6 +86,7 @@ REQUIRED_MODES: dict[str, set[str]] = {
         "normalized_shape=tuple",
         "normalized_shape=list",
         "eps=None",
+        "eps=0",
         "odd D",
         "tiny input",
         "dtype=float32",

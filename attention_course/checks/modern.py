@@ -48,7 +48,37 @@ _RMS_EPS_NONE = (
 )
 _RMS_EPS_FLOAT32 = (
     "for a float64 input eps=None is `torch.finfo(torch.float64).eps` (about 2.2e-16): you "
-    "used float32's epsilon; take it from the input, `torch.finfo(x.dtype).eps`"
+    "used float32's epsilon, or you computed in float32 (`x.float()`): keep the input's dtype "
+    "throughout and take eps from it, `torch.finfo(x.dtype).eps`"
+)
+_RMS_VAR_BIASED = (
+    "you used the variance `x.var(..., unbiased=False)`, which subtracts the mean: RMSNorm "
+    "uses the mean square of x itself, `x.pow(2).mean(dims, keepdim=True)`"
+)
+_RMS_WRONG_AXES = (
+    "the mean square is not per token: average only over the last len(normalized_shape) "
+    "axes (`dim=(-2, -1)` for normalized_shape=(T, D)), keepdim=True; never over the batch "
+    "or over every axis"
+)
+_RMS_MEAN_ABS = (
+    "you divided by the mean absolute value mean(|x|): RMSNorm divides by the root mean "
+    "square, sqrt(mean(x²) + eps)"
+)
+_RMS_GAIN_OTHER = (
+    "the normalisation is right but the gain is applied differently: the last step is "
+    "y * self.weight (not y * (1 + weight), not y / weight)"
+)
+_RMS_EPS_FALSY = (
+    "eps=0.0 was replaced by the machine epsilon: test `self.eps is None`, not "
+    "`self.eps or ...` (0.0 is falsy, and nn.RMSNorm(eps=0.0) adds nothing)"
+)
+_RMS_INIT = (
+    "`weight` must start at ones, as nn.RMSNorm's (`torch.ones(normalized_shape)`): a fresh "
+    "module's gain is {got}; with zeros the whole model outputs zeros"
+)
+_RMS_AFFINE_STATE = (
+    "elementwise_affine=False: the state_dict must be empty, as nn.RMSNorm's (no parameters "
+    "and no buffers: `self.register_parameter('weight', None)`); yours has {keys}"
 )
 _RMS_EPS_NONE_ERROR = (
     "eps may be None (the default): then use `torch.finfo(x.dtype).eps`, as nn.RMSNorm does"
@@ -68,6 +98,8 @@ def _rms_norm(
     total=False,
     add_weight=False,
     variance=False,
+    mean_abs=False,
+    gain="times",
 ):
     n = 1
     for d in dims:
@@ -78,6 +110,8 @@ def _rms_norm(
     square = (statistic * statistic).sum(dim=dims, keepdim=True)
     if not total:
         square = square / (n - 1 if unbiased else n)
+    if mean_abs:
+        return x / (x.abs().mean(dim=dims, keepdim=True) + eps) * weight
     if eps_outside:
         y = x_c / (square.sqrt() + eps)
     elif root:
@@ -85,7 +119,14 @@ def _rms_norm(
     else:
         y = x_c / (square + eps)
     if weight is not None:
-        y = y + weight if add_weight else y * weight
+        if add_weight:
+            y = y + weight
+        elif gain == "one plus":
+            y = y * (1 + weight)
+        elif gain == "divide":
+            y = y / weight
+        else:
+            y = y * weight
     return y
 
 
@@ -102,6 +143,7 @@ def _rms_norm_mistakes(module, x: torch.Tensor):
         (_RMS_EPS_OUTSIDE, rms(eps_outside=True)),
         (_RMS_MEAN_SUBTRACTED, rms(centre=True)),
         (_RMS_VAR, rms(variance=True, unbiased=True)),
+        (_RMS_VAR_BIASED, rms(variance=True)),
         (_RMS_UNBIASED, rms(unbiased=True)),
         (_RMS_NO_ROOT, rms(root=False)),
         (_RMS_SUM, rms(total=True)),
@@ -112,6 +154,8 @@ def _rms_norm_mistakes(module, x: torch.Tensor):
         if x.dtype == torch.float64:
             mistakes.append((_RMS_EPS_FLOAT32, rms(eps=torch.finfo(torch.float32).eps)))
     else:
+        if module.eps == 0.0:
+            mistakes.append((_RMS_EPS_FALSY, rms(eps=torch.finfo(x.dtype).eps)))
         for fixed in (1e-6, 1e-5, torch.finfo(x.dtype).eps):
             mistakes.append(
                 (
@@ -129,11 +173,21 @@ def _rms_norm_mistakes(module, x: torch.Tensor):
                 rms(dims=(-1,)),
             )
         )
+    every_axis = tuple(range(x.dim()))
+    mistakes += [
+        (_RMS_WRONG_AXES, rms(dims=every_axis)),
+        (_RMS_WRONG_AXES, rms(dims=(0,))),
+    ]
     if w is not None:
         mistakes += [
+            (_RMS_MEAN_ABS, rms(mean_abs=True)),
             (_RMS_NO_WEIGHT, rms(weight=None)),
             (_RMS_WEIGHT_ADDED, rms(add_weight=True)),
+            (_RMS_GAIN_OTHER, rms(gain="one plus")),
+            (_RMS_GAIN_OTHER, rms(gain="divide")),
         ]
+    else:
+        mistakes.append((_RMS_MEAN_ABS, rms(mean_abs=True, weight=1.0)))
     return mistakes
 
 
@@ -143,8 +197,34 @@ def _rms_error_hint(error_text: str) -> str | None:
     return None
 
 
+def _rms_fresh_module(candidate, init: dict) -> None:
+    """What loading the reference weights would hide: a fresh module's gain starts at ones,
+    and with ``elementwise_affine=False`` its state_dict is empty (buffers included)."""
+    what = "RMSNorm(" + ", ".join(f"{k}={v!r}" for k, v in init.items()) + ")"
+    student = call_student(candidate, what=what, **init)
+    if not isinstance(student, torch.nn.Module):
+        return  # build_pair names this
+    if init.get("elementwise_affine", True):
+        weight = getattr(student, "weight", None)
+        if isinstance(weight, torch.Tensor) and weight.is_floating_point():
+            with torch.no_grad():
+                if not bool((weight == 1).all()):
+                    values = weight.detach().flatten()[:4].tolist()
+                    got = ", ".join(f"{v:.3g}" for v in values)
+                    raise CaseFailed(_RMS_INIT.format(got=f"[{got}, ...]"))
+        return
+    try:
+        keys = list(student.state_dict())
+        buffers = {name for name, _ in student.named_buffers()}
+    except Exception:  # noqa: BLE001 - build_pair reports a broken state_dict
+        return
+    if any(key in buffers for key in keys):  # unexpected parameters: build_pair names them
+        raise CaseFailed(_RMS_AFFINE_STATE.format(keys=", ".join(keys)))
+
+
 def _rms_norm_case(candidate, init: dict, x: torch.Tensor, grad: bool = False):
     def run():
+        _rms_fresh_module(candidate, init)
         pair = ModulePair(candidate, ref_norms.RMSNorm, init=init)
         if x.dtype != torch.float64:
             call_student(pair.student.to, x.dtype, what=f"norm.to({x.dtype})")
@@ -163,6 +243,7 @@ def _rms_norm_case(candidate, init: dict, x: torch.Tensor, grad: bool = False):
 
 def _rms_norm_state(candidate, init: dict, names: tuple[str, ...], x=None):
     def run():
+        _rms_fresh_module(candidate, init)
         student, _ = build_pair(candidate, ref_norms.RMSNorm, kwargs=init)
         own = dict(student.named_parameters())
         if "bias" in own:
@@ -230,7 +311,6 @@ def check_rms_norm(candidate) -> list[Case]:
             _rms_norm_state(
                 candidate, {"normalized_shape": 8, "elementwise_affine": False}, (), shifted
             ),
-            weight=TRIVIAL,
             covers=frozenset({"elementwise_affine"}),
         ),
         Case(
@@ -241,6 +321,21 @@ def check_rms_norm(candidate) -> list[Case]:
                 small,
             ),
             covers=frozenset({"elementwise_affine", "eps", "normalized_shape=tuple"}),
+        ),
+        Case(
+            "tiny input, multi-axis normalized_shape=(T, D), eps=None (float64's epsilon)",
+            _rms_norm_case(candidate, {"normalized_shape": (3, 8)}, tiny),
+            covers=frozenset({"eps=None", "tiny input", "normalized_shape=tuple"}),
+        ),
+        Case(
+            "eps=0.0 on a float64 input of mean square 1e-40 (eps=0.0 adds nothing)",
+            _rms_norm_case(candidate, {"normalized_shape": 8, "eps": 0.0}, 1e-17 * tiny),
+            covers=frozenset({"eps=0", "tiny input"}),
+        ),
+        Case(
+            "eps=0.0, normalized_shape=(T, D), float32 input of mean square about 1e-6",
+            _rms_norm_case(candidate, {"normalized_shape": (3, 8), "eps": 0.0}, tiny.float()),
+            covers=frozenset({"eps=0", "tiny input", "dtype=float32"}),
         ),
         Case(
             "float32 input, eps=None",
@@ -285,11 +380,24 @@ _SWIGLU_RESIDUAL = (
     "feed-forward network itself is w2(silu(w1(x)) * w3(x))"
 )
 _SWIGLU_OUT_ACT = "there is an activation after w2: the output of w2 is not activated"
+_SWIGLU_ADDED = "silu(w1(x)) and w3(x) are added: the gate multiplies, w2(silu(w1(x)) * w3(x))"
+_SWIGLU_NO_BIAS = (
+    "with bias=True your output equals the reference without its biases: call the layers, "
+    "self.w1(x), self.w3(x), self.w2(h) (or add each layer's .bias)"
+)
+_SWIGLU_SHARED = (
+    "w1 and w3 act as the same layer (one module assigned twice, or one weight used for "
+    "both): create two separate nn.Linear, the gate w1 and the up projection w3"
+)
+_SWIGLU_RANDOM = (
+    "your SwiGLU gives different outputs on two calls with the same input (dropout?): the "
+    "contract's SwiGLU has no dropout"
+)
 
 
 def _swiglu_mistakes(module, x: torch.Tensor):
     w1, w2, w3 = module.w1, module.w2, module.w3
-    return [
+    mistakes = [
         (_SWIGLU_ON_UP, lambda: w2(w1(x) * F.silu(w3(x)))),
         (_SWIGLU_NO_UP, lambda: w2(F.silu(w1(x)))),
         (_SWIGLU_GELU, lambda: w2(F.gelu(w1(x)) * w3(x))),
@@ -302,7 +410,18 @@ def _swiglu_mistakes(module, x: torch.Tensor):
         (_SWIGLU_AFTER, lambda: w2(F.silu(w1(x) * w3(x)))),
         (_SWIGLU_RESIDUAL, lambda: x + w2(F.silu(w1(x)) * w3(x))),
         (_SWIGLU_OUT_ACT, lambda: F.silu(w2(F.silu(w1(x)) * w3(x)))),
+        (_SWIGLU_ADDED, lambda: w2(F.silu(w1(x)) + w3(x))),
+        (_SWIGLU_SHARED, lambda: w2(F.silu(w3(x)) * w3(x))),
+        (_SWIGLU_SHARED, lambda: w2(F.silu(w1(x)) * w1(x))),
     ]
+    if w1.bias is not None:
+
+        def unbiased():
+            gate, up = F.linear(x, w1.weight), F.linear(x, w3.weight)
+            return F.linear(F.silu(gate) * up, w2.weight)
+
+        mistakes.append((_SWIGLU_NO_BIAS, unbiased))
+    return mistakes
 
 
 def _swiglu_case(candidate, init: dict, x: torch.Tensor, grad: bool = False):
@@ -311,7 +430,19 @@ def _swiglu_case(candidate, init: dict, x: torch.Tensor, grad: bool = False):
         got, expected = pair.call(x, what="ffn(x)", arg_names=("x",), grad=grad)
         with torch.no_grad():
             mistakes = _swiglu_mistakes(pair.reference, x)
-        expect_close(got, expected, "the output", mistakes=mistakes)
+        try:
+            expect_close(got, expected, "the output", mistakes=mistakes)
+        except CaseFailed:
+            with torch.no_grad():
+                again = call_student(pair.student, x, what="ffn(x) (a second time)")
+            if (
+                isinstance(got, torch.Tensor)
+                and isinstance(again, torch.Tensor)
+                and got.shape == again.shape
+                and not torch.equal(got.detach(), again.detach())
+            ):
+                raise CaseFailed(_SWIGLU_RANDOM) from None
+            raise
         if grad:
             pair.expect_grads(got, expected, ("`x`",))
 

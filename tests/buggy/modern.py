@@ -156,6 +156,62 @@ class RMSNormCallsBuiltin(_RMSNormBase):
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
 
+class RMSNormZeroInit(_RMSNormBase):
+    """The gain starts at zeros, not ones: hidden once reference weights are loaded."""
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True):
+        super().__init__(normalized_shape, eps, elementwise_affine)
+        if self.weight is not None:
+            nn.init.zeros_(self.weight)
+
+
+class RMSNormBufferWeight(_RMSNormBase):
+    """elementwise_affine=False registers a buffer `weight` of ones: a non-empty state_dict."""
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True):
+        super().__init__(normalized_shape, eps, elementwise_affine)
+        if not elementwise_affine:
+            del self.weight
+            self.register_buffer("weight", torch.ones(self.normalized_shape))
+
+
+class RMSNormEpsFalsy(_RMSNormBase):
+    """`self.eps or finfo(...)`: eps=0.0 silently becomes the machine epsilon."""
+
+    def epsilon(self, x):
+        return self.eps or torch.finfo(x.dtype).eps
+
+
+class RMSNormBiasedVar(_RMSNormBase):
+    """x.var(unbiased=False): the mean is still subtracted."""
+
+    def normalise(self, x):
+        var = x.var(dim=self.dims(), keepdim=True, unbiased=False)
+        return x / torch.sqrt(var + self.epsilon(x))
+
+
+class RMSNormMeanOverAll(_RMSNormBase):
+    """The mean square over every axis, batch included."""
+
+    def normalise(self, x):
+        return x / torch.sqrt(x.pow(2).mean() + self.epsilon(x))
+
+
+class RMSNormMeanAbs(_RMSNormBase):
+    """Divides by mean |x| instead of the root mean square."""
+
+    def normalise(self, x):
+        return x / (x.abs().mean(dim=self.dims(), keepdim=True) + self.epsilon(x))
+
+
+class RMSNormOnePlusWeight(_RMSNormBase):
+    """Gemma's y * (1 + weight) with the contract's ones initialisation."""
+
+    def forward(self, x):
+        y = self.normalise(x)
+        return y if self.weight is None else y * (1 + self.weight)
+
+
 class _SwiGLUBase(nn.Module):
     def __init__(self, d_model, d_ff, bias=False):
         super().__init__()
@@ -216,6 +272,40 @@ class SwiGLUIgnoresBias(_SwiGLUBase):
         super().__init__(d_model, d_ff, bias=False)
 
 
+class SwiGLUGateAdded(_SwiGLUBase):
+    """Adds the gate to the up projection instead of multiplying."""
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) + self.w3(x))
+
+
+class SwiGLUDropout(_SwiGLUBase):
+    """Dropout on the hidden units, as chapter 8's FFN: the output is random in training."""
+
+    def __init__(self, d_model, d_ff, bias=False):
+        super().__init__(d_model, d_ff, bias)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.w2(self.drop(F.silu(self.w1(x)) * self.w3(x)))
+
+
+class SwiGLUBiasesUnused(_SwiGLUBase):
+    """Multiplies by the weights by hand and never adds the biases."""
+
+    def forward(self, x):
+        gate, up = x @ self.w1.weight.T, x @ self.w3.weight.T
+        return (F.silu(gate) * up) @ self.w2.weight.T
+
+
+class SwiGLUSharedGateUp(_SwiGLUBase):
+    """w3 is the same module as w1."""
+
+    def __init__(self, d_model, d_ff, bias=False):
+        super().__init__(d_model, d_ff, bias)
+        self.w3 = self.w1
+
+
 class SwiGLUFusedNames(nn.Module):
     """One fused gate-and-up matrix named w13: the contract's names w1, w3 do not load."""
 
@@ -245,6 +335,13 @@ CATALOGUE = [
     ("rms_norm", "a bias", RMSNormWithBias, "unexpected: bias"),
     ("rms_norm", "weight without affine", RMSNormAlwaysWeight, "unexpected: weight"),
     ("rms_norm", "calls F.rms_norm", RMSNormCallsBuiltin, "do not call the built-in"),
+    ("rms_norm", "gain starts at zeros", RMSNormZeroInit, "`weight` must start at ones"),
+    ("rms_norm", "buffer without affine", RMSNormBufferWeight, "the state_dict must be empty"),
+    ("rms_norm", "eps or machine eps", RMSNormEpsFalsy, "eps=0.0 was replaced"),
+    ("rms_norm", "biased x.var()", RMSNormBiasedVar, "x.var(..., unbiased=False)"),
+    ("rms_norm", "mean over every axis", RMSNormMeanOverAll, "the mean square is not per token"),
+    ("rms_norm", "mean |x|", RMSNormMeanAbs, "mean absolute value"),
+    ("rms_norm", "y * (1 + weight)", RMSNormOnePlusWeight, "the gain is applied differently"),
     ("swiglu", "SiLU on the up projection", SwiGLUSiluOnUp, "SiLU is applied to the up"),
     ("swiglu", "gate not multiplied", SwiGLUNoUp, "w3(x) is not multiplied in"),
     ("swiglu", "GELU for SiLU", SwiGLUGelu, "GELU where SwiGLU uses SiLU"),
@@ -253,4 +350,8 @@ CATALOGUE = [
     ("swiglu", "residual inside", SwiGLUResidual, "you added a residual"),
     ("swiglu", "bias ignored", SwiGLUIgnoresBias, "missing: w1.bias"),
     ("swiglu", "fused w13", SwiGLUFusedNames, "missing: w1.weight"),
+    ("swiglu", "gate added", SwiGLUGateAdded, "the gate multiplies"),
+    ("swiglu", "dropout inside", SwiGLUDropout, "(dropout?)"),
+    ("swiglu", "biases never added", SwiGLUBiasesUnused, "equals the reference without its biases"),
+    ("swiglu", "w3 is w1", SwiGLUSharedGateUp, "w1 and w3 act as the same layer"),
 ]

@@ -496,3 +496,18 @@ def test_the_statement_of_exercise_13_states_the_tolerance():
         path = Path(__file__).resolve().parents[1] / folder / "13_decoder_only.ipynb"
         text = " ".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
         assert "within 0.005 nats" in text, path
+
+
+def test_16_swiglu_parameters_hints_and_one_element_containers():
+    """16.swiglu_parameters follows the rule of every count quiz (06, 08): a one-element
+    array or tensor is the number it holds, a list or tuple of one is named as such; the
+    usual miscounts get their hint."""
+    R = 3 * 512 * 1368
+    for answer in (R, float(R), np.int64(R), np.array([R]), torch.tensor([R])):
+        assert passes("16.swiglu_parameters", answer), answer
+        assert passes("08.parameter_count", plain(answer) - R + 2099712)
+    assert "got a list of 1" in message("16.swiglu_parameters", [R])
+    assert "got a list of 1" in message("08.parameter_count", [2099712])
+    assert "counts biases" in message("16.swiglu_parameters", R + 2 * 1368 + 512)
+    assert "use d_ff = 1368" in message("16.swiglu_parameters", 3 * 512 * 1365)
+    assert "multiple of 256" in message("16.swiglu_parameters", 3 * 512 * 1536)

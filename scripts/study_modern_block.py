@@ -2,7 +2,7 @@
 
 Run from the repository root (seeded; the losses are reproducible on one machine)::
 
-    OMP_NUM_THREADS=2 python scripts/study_modern_block.py            # the committed JSON
+    OMP_NUM_THREADS=1 python scripts/study_modern_block.py            # the committed JSON
     python scripts/study_modern_block.py --quick --out /tmp/m.json     # a smoke test
 
 Every configuration is a :class:`attention_course.GPT` of two layers, ``d_model=64``,
@@ -23,7 +23,12 @@ counts; they differ by well under 1 %). Every configuration is trained with the 
 seeds, on the same batches (the batches depend only on the seed), for the same number of
 AdamW steps with the same learning-rate schedule (:func:`train_language_model`), then
 scored on the whole held-out text (:func:`evaluate_lm`). Tokens per second is the
-training throughput of that run on the machine that ran it (recorded in the JSON).
+training throughput of that run on the machine that ran it (recorded in the JSON, with
+the number of threads torch used). The runs go one after another, configuration by
+configuration and seed by seed; the committed JSON's ran on one thread each, on a
+two-core machine shared with other jobs, so the load, and with it the throughput,
+varied from run to run: compare the runs of one configuration before reading a
+difference between configurations.
 """
 
 from __future__ import annotations
@@ -62,6 +67,12 @@ def matched_d_ff(vocab_size: int, options: dict, target: int) -> int:
     count = {f: count_parameters(GPT(vocab_size, **BASE, **options, d_ff=f)) for f in (1, 2)}
     slope = count[2] - count[1]
     return max(1, round(1 + (target - count[1]) / slope))
+
+
+SCHEDULE = (
+    "one run after another, configuration by configuration, seeds in order; "
+    "throughput depends on the load of the machine at the time of each run"
+)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -133,6 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
         "machine": {
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
+            "schedule": SCHEDULE,
             "processor": platform.processor() or platform.machine(),
         },
         "results": results,

@@ -84,6 +84,19 @@ REQUIRED_MODES: dict[str, set[str]] = {
     "repeat_kv": _GRAD
     | {"Hkv=1", "Hkv>1", "n_rep=1", "n_rep=1 x grad", "S=1", "B>1", "dtype=float32"},
     "sliding_window_mask": {"device=meta", "window=1", "window>=size", "bad window"},
+    # chapter 16
+    "rms_norm": _GRAD
+    | {
+        "normalized_shape=tuple",
+        "normalized_shape=list",
+        "eps=None",
+        "eps=0",
+        "odd D",
+        "tiny input",
+        "dtype=float32",
+        "dtype=float64",
+    },
+    "swiglu": _GRAD | {"odd sizes"},
 }
 
 EXEMPT: dict[tuple[str, str], str] = {

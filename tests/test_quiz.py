@@ -572,3 +572,18 @@ def test_mistral_cache_rejects_a_non_whole_number():
     report = check_quiz("15.mistral_cache_bytes", lambda t: _mistral(t) + 0.5)
     assert not report.passed
     assert "not a whole number of bytes" in str(report)
+
+
+def test_16_swiglu_parameters_hints_and_one_element_containers():
+    """16.swiglu_parameters follows the rule of every count quiz (06, 08): a one-element
+    array or tensor is the number it holds, a list or tuple of one is named as such; the
+    usual miscounts get their hint."""
+    R = 3 * 512 * 1368
+    for answer in (R, float(R), np.int64(R), np.array([R]), torch.tensor([R])):
+        assert passes("16.swiglu_parameters", answer), answer
+        assert passes("08.parameter_count", plain(answer) - R + 2099712)
+    assert "got a list of 1" in message("16.swiglu_parameters", [R])
+    assert "got a list of 1" in message("08.parameter_count", [2099712])
+    assert "counts biases" in message("16.swiglu_parameters", R + 2 * 1368 + 512)
+    assert "use d_ff = 1368" in message("16.swiglu_parameters", 3 * 512 * 1365)
+    assert "multiple of 256" in message("16.swiglu_parameters", 3 * 512 * 1536)

@@ -15,6 +15,7 @@ from . import (
     interpret,
     kv,
     masking,
+    modern,
     multihead,
     norms,
     sampling,
@@ -45,6 +46,9 @@ REFERENCES = {
     # chapter 15
     "repeat_kv": ac.repeat_kv,
     "sliding_window_mask": ac.sliding_window_mask,
+    # chapter 16
+    "rms_norm": ac.RMSNorm,
+    "swiglu": ac.SwiGLU,
 }
 
 CATALOGUE = [
@@ -58,4 +62,5 @@ CATALOGUE = [
     *gpt.CATALOGUE,
     *interpret.CATALOGUE,
     *kv.CATALOGUE,  # chapter 15
+    *modern.CATALOGUE,  # chapter 16
 ]

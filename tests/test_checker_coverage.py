@@ -80,6 +80,10 @@ REQUIRED_MODES: dict[str, set[str]] = {
     | {"causality", "T=1", "odd T", "H=1", "B>1"},
     "attention_rollout": _GRAD
     | {"L=1", "L>1", "H differs between layers", "causal", "B>1", "T=1", "dtype=float32"},
+    # chapter 14
+    "apply_rope": _GRAD
+    | {"positions=(B, T)", "odd Dh", "Dh=2", "T=1", "dtype=float32", "dtype=float64"},
+    "alibi_slopes": {"power of 2", "not a power of 2", "H=1"},
 }
 
 EXEMPT: dict[tuple[str, str], str] = {

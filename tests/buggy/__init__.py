@@ -16,6 +16,7 @@ from . import (
     masking,
     multihead,
     norms,
+    positions,
     sampling,
     transformer,
 )
@@ -41,6 +42,9 @@ REFERENCES = {
     "filter_logits": ac.filter_logits,
     "causal_self_attention": ac.CausalSelfAttention,
     "attention_rollout": ac.attention_rollout,
+    # chapter 14
+    "apply_rope": ac.apply_rope,
+    "alibi_slopes": ac.alibi_slopes,
 }
 
 CATALOGUE = [
@@ -53,4 +57,5 @@ CATALOGUE = [
     *sampling.CATALOGUE,
     *gpt.CATALOGUE,
     *interpret.CATALOGUE,
+    *positions.CATALOGUE,  # chapter 14
 ]

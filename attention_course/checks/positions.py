@@ -1,0 +1,364 @@
+"""Checkers for chapter 14's relative positions: ``apply_rope(x, positions=None,
+base=10000.0)`` (rotary embeddings, half-split layout) and ``alibi_slopes(num_heads)``.
+
+Each compares with the reference over a grid of inputs and names the mistake when the
+output equals a known wrong implementation (interleaved pairs, the exponent ``i/Dh``,
+positions from 1, the rotation's sign flipped, the base ignored, ...). Rotating the
+*values* as well cannot be seen from ``apply_rope`` alone (it rotates whatever it is
+given); exercise 14's attention task checks it, and :func:`rope_scores_mistake` is the
+test it uses.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attention_course import positions as ref
+
+from ._compare import expect_close, expect_grad, expect_tensor
+from ._data import leaf, randn
+from ._runner import TRIVIAL, Case, CaseFailed, NotImplementedYet, call_student, checker
+
+# ---------------------------------------------------------------- apply_rope: known mistakes
+
+
+def _rope(x, positions, base, *, layout="half", exponent=2.0, sign=1.0, swap=False):
+    """RoPE the right way, or with one known mistake (an independent implementation)."""
+    T, Dh = x.shape[-2], x.shape[-1]
+    half = Dh // 2
+    work = torch.float64
+    i = torch.arange(half, dtype=work)
+    inv_freq = float(base) ** (-exponent * i / Dh)  # (Dh/2,)
+    angles = sign * positions.to(work)[..., None] * inv_freq  # (T, Dh/2) or (B, T, Dh/2)
+    if positions.dim() == 2:
+        angles = angles.view(angles.shape[0], *([1] * (x.dim() - 3)), T, half)
+    cos, sin = angles.cos(), angles.sin()
+    if swap:
+        cos, sin = sin, cos
+    xd = x.to(work)
+    if layout == "half":
+        x1, x2 = xd[..., :half], xd[..., half:]
+        out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    else:  # interleaved: (2i, 2i + 1)
+        x1, x2 = xd[..., 0::2], xd[..., 1::2]
+        out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+    return out.to(x.dtype)
+
+
+def _rope_mistakes(x, positions, base):
+    def rope(**kwargs):
+        return lambda: _rope(x, positions, base, **kwargs)
+
+    return [
+        (
+            "interleaved pairs: you paired feature 2i with 2i + 1 (RoFormer / GPT-J layout); "
+            "apply_rope uses the half-split layout, feature i with i + Dh/2: "
+            "`x1, x2 = x[..., :Dh // 2], x[..., Dh // 2:]`",
+            rope(layout="interleaved"),
+        ),
+        (
+            "the exponent is i/Dh instead of 2i/Dh: the frequency of pair i is "
+            "base^(-2i/Dh), `inv_freq = base ** (-2 * i / Dh)` for i = 0 .. Dh/2 - 1",
+            rope(exponent=1.0),
+        ),
+        (
+            "the exponent has the wrong sign: the frequencies must fall along the pairs, "
+            "theta_i = p * base^(-2i/Dh), not p * base^(+2i/Dh)",
+            rope(exponent=-2.0),
+        ),
+        (
+            "positions start at 1: the first token is at position 0 (no rotation), "
+            "`positions = torch.arange(T)`",
+            lambda: _rope(x, positions + 1, base),
+        ),
+        (
+            "the rotation's sign is flipped (you rotate by -theta): out[i] = x[i] cos - "
+            "x[i + Dh/2] sin and out[i + Dh/2] = x[i + Dh/2] cos + x[i] sin",
+            rope(sign=-1.0),
+        ),
+        (
+            "cos and sin are swapped: out[i] = x[i] * cos(theta) - x[i + Dh/2] * sin(theta)",
+            rope(swap=True),
+        ),
+        (
+            "the base is ignored: you used 10000 where the call passed base="
+            f"{base!r}; use the `base` argument in base ** (-2i/Dh)",
+            lambda: _rope(x, positions, 10000.0),
+        ),
+        (
+            "the positions argument is ignored: you rotated at torch.arange(T); rotate at "
+            "the given `positions`",
+            lambda: _rope(x, torch.arange(x.shape[-2]), base),
+        ),
+    ]
+
+
+def _describe(x, positions, base, given_positions: bool) -> str:
+    args = [f"x {tuple(x.shape)} {str(x.dtype).replace('torch.', '')}"]
+    if given_positions:
+        args.append(f"positions {tuple(positions.shape)}")
+    if base != 10000.0:
+        args.append(f"base={base}")
+    return "apply_rope(" + ", ".join(args) + ")"
+
+
+def _rope_case(candidate, shape, *, seed, positions=None, base=10000.0, dtype=torch.float64):
+    def run():
+        x = randn(*shape, seed=seed, dtype=dtype)
+        kwargs = {}
+        if positions is not None:
+            kwargs["positions"] = positions.clone()
+        if base != 10000.0:
+            kwargs["base"] = base
+        used = torch.arange(shape[-2]) if positions is None else positions
+        expected = ref.apply_rope(x, used, base)
+        what = _describe(x, used, base, positions is not None)
+        got = call_student(candidate, x.clone(), what=what, arg_names=("x",), **kwargs)
+        expect_close(got, expected, f"the output of {what}", mistakes=_rope_mistakes(x, used, base))
+
+    return run
+
+
+def _odd_case(candidate):
+    def run():
+        x = randn(2, 4, 5, seed=41)
+        what = "apply_rope(x (2, 4, 5)) with an odd Dh = 5"
+        try:
+            candidate(x)
+        except ValueError:
+            return
+        except NotImplementedError as error:
+            raise NotImplementedYet(str(error)) from None
+        except Exception as error:  # noqa: BLE001 - any other exception is a failed case
+            raise CaseFailed(
+                f"{what} raised {type(error).__name__}: {error}\nHint: check Dh at the top of "
+                "the function and raise ValueError (features pair up, so Dh must be even)."
+            ) from None
+        raise CaseFailed(
+            f"{what} returned without raising: features pair up, so raise ValueError when "
+            "x.shape[-1] is odd"
+        )
+
+    return run
+
+
+def _grad_case(candidate):
+    def run():
+        x0 = randn(2, 2, 5, 6, seed=42)
+        positions = torch.tensor([0, 3, 4, 9, 20])
+        x_student, x_ref = leaf(x0), leaf(x0)
+        upstream = randn(2, 2, 5, 6, seed=43)
+        what = "apply_rope(x (2, 2, 5, 6), positions) with x.requires_grad"
+        got = call_student(candidate, x_student, positions, what=what, arg_names=("x",))
+        got = expect_tensor(got, f"the output of {what}")
+        if not got.requires_grad:
+            raise CaseFailed(
+                f"the output of {what} does not require grad: compute it from x with tensor "
+                "operations (no `.detach()`, `.numpy()` or `torch.tensor(...)` of values)"
+            )
+        if tuple(got.shape) != tuple(x0.shape):
+            raise CaseFailed(
+                f"the output of {what} has shape {tuple(got.shape)}, expected {tuple(x0.shape)}"
+            )
+        (got * upstream).sum().backward()
+        (ref.apply_rope(x_ref, positions) * upstream).sum().backward()
+        expect_grad(x_student.grad, x_ref.grad, "x")
+
+    return run
+
+
+@checker("apply_rope")
+def check_apply_rope(candidate) -> list[Case]:
+    """Check ``apply_rope(x, positions=None, base=10000.0) -> same shape as x``: the
+    half-split rotary embedding, theta_i = p * base^(-2i/Dh)."""
+    return [
+        Case(
+            "x (2, 3, 6, 8), default positions 0 .. 5",
+            _rope_case(candidate, (2, 3, 6, 8), seed=1),
+            covers=frozenset({"dtype=float64", "x (B, H, T, Dh)"}),
+        ),
+        Case(
+            "x (7, 16) 2-D, positions 3 .. 9",
+            _rope_case(candidate, (7, 16), seed=2, positions=torch.arange(3, 10)),
+            covers=frozenset({"positions", "x (T, Dh)"}),
+        ),
+        Case(
+            "x (4, 12), base=100.0",
+            _rope_case(candidate, (4, 12), seed=3, base=100.0),
+            covers=frozenset({"base"}),
+        ),
+        Case(
+            "x (2, 3, 5, 4) float32, positions (B=2, T=5): one row per sequence",
+            _rope_case(
+                candidate,
+                (2, 3, 5, 4),
+                seed=4,
+                positions=torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]]),
+                dtype=torch.float32,
+            ),
+            covers=frozenset({"positions", "positions=(B, T)", "dtype=float32"}),
+        ),
+        Case(
+            "x (3, 2): one feature pair, positions 0 .. 2",
+            _rope_case(candidate, (3, 2), seed=5),
+            covers=frozenset({"Dh=2"}),
+        ),
+        Case(
+            "T = 1 at position 0: the identity",
+            _rope_case(candidate, (2, 1, 6), seed=6),
+            weight=TRIVIAL,
+            covers=frozenset({"T=1"}),
+        ),
+        Case(
+            "long positions (up to 1000) with base=500.0",
+            _rope_case(
+                candidate, (4, 10), seed=7, positions=torch.tensor([0, 1, 999, 1000]), base=500.0
+            ),
+            covers=frozenset({"positions", "base"}),
+        ),
+        Case("odd Dh raises ValueError", _odd_case(candidate), covers=frozenset({"odd Dh"})),
+        Case("gradients flow to x", _grad_case(candidate), covers=frozenset({"grad"})),
+    ]
+
+
+# ---------------------------------------------------------------- rotated values
+
+
+def rope_scores_mistake(out: torch.Tensor, q, k, v, positions) -> str | None:
+    """For a causal attention output ``out`` that should use RoPE on ``q`` and ``k`` only:
+    a description of the mistake it equals (values rotated too, queries only, keys only,
+    no rotation), or None. Shapes: q, k, v ``(..., T, Dh)``."""
+    T = q.shape[-2]
+    keep = torch.ones(T, T, dtype=torch.bool).tril()
+
+    def attend(qq, kk, vv):
+        scores = (qq @ kk.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        return scores.masked_fill(~keep, float("-inf")).softmax(-1) @ vv
+
+    def r(t):
+        return ref.apply_rope(t, positions)
+
+    variants = [
+        (
+            "RoPE is applied to the values as well: rotate q and k only; v carries content",
+            attend(r(q), r(k), r(v)),
+        ),
+        ("only the queries are rotated: rotate the keys too", attend(r(q), k, v)),
+        ("only the keys are rotated: rotate the queries too", attend(q, r(k), v)),
+        ("no rotation at all: apply_rope to q and k before the scores", attend(q, k, v)),
+    ]
+    for description, value in variants:
+        if out.shape == value.shape and torch.allclose(out.to(value.dtype), value, atol=1e-5):
+            return description
+    return None
+
+
+# ---------------------------------------------------------------- alibi_slopes
+
+
+def _slopes_for(n: int) -> list[float]:
+    return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+
+
+def _slope_mistakes(H: int):
+    n = 2 ** int(math.floor(math.log2(H)))
+    big = 2 ** math.ceil(math.log2(H))
+
+    def t(values):
+        return lambda: torch.tensor(values, dtype=torch.float32)
+
+    mistakes = [
+        (
+            "the exponent starts at h = 0: slope_h = 2^(-8(h + 1)/H), so the first slope is "
+            "2^(-8/H), not 1",
+            t([2.0 ** (-8.0 * h / H) for h in range(H)]),
+        ),
+        (
+            "the slopes are in reverse order: head 0 has the largest slope, 2^(-8/H)",
+            t(list(reversed(ref.alibi_slopes(H).tolist()))),
+        ),
+        (
+            "the slopes ignore H: you used 2^-(h+1) (right only for 8 heads); the ratio is "
+            "2^(-8/H)",
+            t([2.0 ** -(h + 1) for h in range(H)]),
+        ),
+        (
+            "positive exponent: the slopes must fall, 2^(-8(h+1)/H), all below 1",
+            t([2.0 ** (8.0 * (h + 1) / H) for h in range(H)]),
+        ),
+    ]
+    if n != H:
+        mistakes += [
+            (
+                f"for H = {H} (not a power of 2) you used the power-of-2 formula "
+                "2^(-8(h+1)/H) directly: take the slopes for n = 2^floor(log2 H) heads, then "
+                "the first H - n slopes for 2n heads at even indices (0, 2, 4, ..)",
+                t(_slopes_for(H)),
+            ),
+            (
+                f"for H = {H} the extra slopes are taken at odd indices: take the 2n-head "
+                "slopes at even indices, `slopes_2n[0::2][:H - n]`",
+                t(_slopes_for(n) + _slopes_for(2 * n)[1::2][: H - n]),
+            ),
+            (
+                f"for H = {H} you took the first H slopes of the next power of 2 "
+                f"({big} heads): take the n = {n}-head slopes, then the 2n-head slopes at "
+                "even indices",
+                t(_slopes_for(big)[:H]),
+            ),
+            (
+                f"for H = {H} the extra slopes are taken from the start of the 2n-head list "
+                "(not at even indices): `slopes_2n[0::2][:H - n]`",
+                t(_slopes_for(n) + _slopes_for(2 * n)[: H - n]),
+            ),
+        ]
+    return mistakes
+
+
+def _slopes_case(candidate, H: int):
+    def run():
+        expected = ref.alibi_slopes(H)
+        what = f"alibi_slopes({H})"
+        got = call_student(candidate, H, what=what)
+        expect_close(
+            got,
+            expected,
+            f"the slopes of {what}",
+            mistakes=_slope_mistakes(H),
+            dtype_hint="return float32 slopes, `torch.tensor(slopes, dtype=torch.float32)`",
+        )
+
+    return run
+
+
+@checker("alibi_slopes")
+def check_alibi_slopes(candidate) -> list[Case]:
+    """Check ``alibi_slopes(num_heads) -> (H,)``: 2^(-8(h+1)/H) for H a power of 2, the
+    paper's interleaving rule otherwise."""
+    return [
+        Case(
+            "H = 8: 1/2, 1/4, .., 1/256",
+            _slopes_case(candidate, 8),
+            covers=frozenset({"power of 2"}),
+        ),
+        Case("H = 4", _slopes_case(candidate, 4), covers=frozenset({"power of 2"})),
+        Case("H = 16", _slopes_case(candidate, 16), covers=frozenset({"power of 2"})),
+        Case("H = 1", _slopes_case(candidate, 1), weight=TRIVIAL, covers=frozenset({"H=1"})),
+        Case(
+            "H = 6 (not a power of 2)",
+            _slopes_case(candidate, 6),
+            covers=frozenset({"not a power of 2"}),
+        ),
+        Case(
+            "H = 12 (not a power of 2)",
+            _slopes_case(candidate, 12),
+            covers=frozenset({"not a power of 2"}),
+        ),
+        Case(
+            "H = 3 (not a power of 2)",
+            _slopes_case(candidate, 3),
+            covers=frozenset({"not a power of 2"}),
+        ),
+    ]

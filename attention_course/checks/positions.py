@@ -5,8 +5,8 @@ Each compares with the reference over a grid of inputs and names the mistake whe
 output equals a known wrong implementation (interleaved pairs, the exponent ``i/Dh``,
 positions from 1, the rotation's sign flipped, the base ignored, ...). Rotating the
 *values* as well cannot be seen from ``apply_rope`` alone (it rotates whatever it is
-given); exercise 14's attention task checks it, and :func:`rope_scores_mistake` is the
-test it uses.
+given): exercise 14's computed question ``14.rope_attention``
+(:func:`~attention_course.checks.quiz_computed.rope_attention_cases`) names it.
 """
 
 from __future__ import annotations
@@ -221,38 +221,6 @@ def check_apply_rope(candidate) -> list[Case]:
         Case("odd Dh raises ValueError", _odd_case(candidate), covers=frozenset({"odd Dh"})),
         Case("gradients flow to x", _grad_case(candidate), covers=frozenset({"grad"})),
     ]
-
-
-# ---------------------------------------------------------------- rotated values
-
-
-def rope_scores_mistake(out: torch.Tensor, q, k, v, positions) -> str | None:
-    """For a causal attention output ``out`` that should use RoPE on ``q`` and ``k`` only:
-    a description of the mistake it equals (values rotated too, queries only, keys only,
-    no rotation), or None. Shapes: q, k, v ``(..., T, Dh)``."""
-    T = q.shape[-2]
-    keep = torch.ones(T, T, dtype=torch.bool).tril()
-
-    def attend(qq, kk, vv):
-        scores = (qq @ kk.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-        return scores.masked_fill(~keep, float("-inf")).softmax(-1) @ vv
-
-    def r(t):
-        return ref.apply_rope(t, positions)
-
-    variants = [
-        (
-            "RoPE is applied to the values as well: rotate q and k only; v carries content",
-            attend(r(q), r(k), r(v)),
-        ),
-        ("only the queries are rotated: rotate the keys too", attend(r(q), k, v)),
-        ("only the keys are rotated: rotate the queries too", attend(q, r(k), v)),
-        ("no rotation at all: apply_rope to q and k before the scores", attend(q, k, v)),
-    ]
-    for description, value in variants:
-        if out.shape == value.shape and torch.allclose(out.to(value.dtype), value, atol=1e-5):
-            return description
-    return None
 
 
 # ---------------------------------------------------------------- alibi_slopes

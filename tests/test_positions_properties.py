@@ -76,3 +76,48 @@ def test_swapping_the_rope_layout_is_undone_by_permuting_w_q_and_w_k(monkeypatch
     with torch.no_grad():
         permuted = model(ids)
     assert torch.allclose(right, permuted, atol=1e-10)
+
+
+@pytest.mark.parametrize("d_model", [16, 64, 128])
+def test_sinusoidal_token_and_position_parts_have_comparable_scale_at_init(d_model):
+    """Vaswani et al. (2017, §3.4): embeddings ~ N(0, d^-1/2) times sqrt(d), next to a table
+    of rms ~0.71. With GPT-2's unscaled N(0, 0.02) the positions were ~36x the tokens."""
+    torch.manual_seed(0)
+    model = GPT(50, d_model=d_model, num_heads=2, num_layers=1, max_len=64, pos="sinusoidal")
+    ids = torch.randint(0, 50, (4, 64))
+    token_part = model.tok_emb(ids) * d_model**0.5  # what forward adds the table to
+    position_part = model.pos_table[:64]
+    ratio = token_part.pow(2).mean().sqrt() / position_part.pow(2).mean().sqrt()
+    assert 0.5 < ratio < 2
+    # the input forward builds is exactly token part + position part
+    seen = {}
+    model.drop.register_forward_hook(lambda m, inp, out: seen.setdefault("x", inp[0]))
+    model(ids)
+    assert torch.allclose(seen["x"], token_part + position_part)
+
+
+def test_sinusoidal_scaling_leaves_the_other_settings_draws_unchanged():
+    """Only the sinusoidal token embedding is rescaled: the same seed gives every other
+    weight the same values as GPT-2's convention (here: as pos="none")."""
+    torch.manual_seed(0)
+    sin = GPT(50, d_model=32, num_heads=2, num_layers=2, max_len=16, pos="sinusoidal")
+    torch.manual_seed(0)
+    plain = GPT(50, d_model=32, num_heads=2, num_layers=2, max_len=16, pos="none")
+    assert list(sin.state_dict()) == list(plain.state_dict())
+    for (name, a), (_, b) in zip(sin.state_dict().items(), plain.state_dict().items()):
+        if name == "tok_emb.weight" or name == "head.weight":
+            assert torch.allclose(a, b * 32**-0.5 / 0.02)
+        else:
+            assert torch.equal(a, b), name
+    assert abs(plain.tok_emb.weight.std().item() - 0.02) < 0.002
+
+
+@pytest.mark.parametrize("pos", ["learned", "sinusoidal"])
+def test_cached_generation_equals_the_full_pass_for_absolute_positions(pos):
+    torch.manual_seed(0)
+    model = GPT(30, d_model=32, num_heads=4, num_layers=2, max_len=16, pos=pos).double().eval()
+    ids = torch.randint(0, 30, (2, 12))
+    cache = model.new_cache()
+    parts = [model(ids[:, :5], cache=cache)]
+    parts += [model(ids[:, t : t + 1], cache=cache) for t in range(5, 12)]
+    assert torch.allclose(torch.cat(parts, dim=1), model(ids), atol=1e-10)

@@ -15,6 +15,14 @@ models with OMP_NUM_THREADS=1 on the course's 2-core machine, shared with other 
 
     OMP_NUM_THREADS=2 python scripts/position_study.py
     python scripts/position_study.py --quick --out /tmp/study.json   # seconds
+    python scripts/position_study.py --only sinusoidal   # retrain one setting, merge
+
+``--only POS`` retrains just that setting (same config and seeds as the file already at
+``--out``) and merges it into that file and its ``.pt``: the other settings' entries are
+kept as they are, and ``reruns`` records which setting was retrained, in how many seconds
+and why (``--reason``). The committed sinusoidal results come from such a rerun, after
+``GPT(pos="sinusoidal")`` took Vaswani et al.'s scaled token embeddings (see
+:class:`attention_course.GPT`).
 
 ``attention_course/assets/position_study.json`` holds the results the chapter
 loads, and ``position_study.pt`` (next to it) the weights of the first seed's five
@@ -81,7 +89,7 @@ def per_position_loss(model: GPT, ids: torch.Tensor, length: int) -> torch.Tenso
     return total / n
 
 
-def run(config: dict, progress: bool = True) -> dict:
+def run(config: dict, progress: bool = True, positions=POSITIONS) -> dict:
     text = python_docs()
     tok = CharTokenizer(text)
     train_ids, val_ids = split_text(tok.encode(text))
@@ -89,7 +97,7 @@ def run(config: dict, progress: bool = True) -> dict:
     L = config["L"]
     lengths = [L, 2 * L, 4 * L]
     results, weights = {}, {}
-    for pos in POSITIONS:
+    for pos in positions:
         runs = []
         for seed in config["seeds"]:
             seed_everything(seed)
@@ -147,13 +155,34 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument(
+        "--only",
+        choices=POSITIONS,
+        default=None,
+        help="retrain only this setting, with the config of the file at --out, and merge",
+    )
+    parser.add_argument("--reason", default="", help="with --only: why it was retrained")
     args = parser.parse_args(argv)
     config = dict(QUICK if args.quick else FULL)
     if args.steps is not None:
         config["steps"] = args.steps
+    old = None
+    if args.only is not None:
+        old = json.loads(args.out.read_text())
+        config = old["config"]  # the same config and seeds as the results merged into
     start = time.perf_counter()
-    data, weights = run(config, progress=not args.no_progress)
-    data["total_seconds"] = round(time.perf_counter() - start, 1)
+    positions = POSITIONS if args.only is None else (args.only,)
+    data, weights = run(config, progress=not args.no_progress, positions=positions)
+    seconds = round(time.perf_counter() - start, 1)
+    if old is None:
+        data["total_seconds"] = seconds
+    else:
+        if data["vocab_size"] != old["vocab_size"]:
+            raise SystemExit(f"--only: vocab_size {data['vocab_size']} != {old['vocab_size']}")
+        old["results"][args.only] = data["results"][args.only]
+        reruns = old.setdefault("reruns", [])
+        reruns.append({"pos": args.only, "seconds": seconds, "reason": args.reason})
+        data = old
 
     def rounded(value):
         if isinstance(value, float):
@@ -173,8 +202,14 @@ def main(argv: list[str] | None = None) -> dict:
         "num_layers": config["num_layers"],
         "max_len": 4 * config["L"],
     }
+    if old is not None:
+        saved = torch.load(args.out.with_suffix(".pt"), weights_only=True)
+        if saved["config"] != model_config:
+            raise SystemExit(f"--only: {saved['config']} != {model_config}")
+        saved["state_dicts"][args.only] = weights[args.only]
+        weights = saved["state_dicts"]
     torch.save({"config": model_config, "state_dicts": weights}, args.out.with_suffix(".pt"))
-    print(f"wrote {args.out} in {data['total_seconds']:.0f} s")
+    print(f"wrote {args.out} in {seconds:.0f} s")
     return data
 
 

@@ -19,10 +19,10 @@ models with OMP_NUM_THREADS=1 on the course's 2-core machine, shared with other 
 
 ``--only POS`` retrains just that setting (same config and seeds as the file already at
 ``--out``) and merges it into that file and its ``.pt``: the other settings' entries are
-kept as they are, and ``reruns`` records which setting was retrained, in how many seconds
-and why (``--reason``). The committed sinusoidal results come from such a rerun, after
-``GPT(pos="sinusoidal")`` took Vaswani et al.'s scaled token embeddings (see
-:class:`attention_course.GPT`).
+kept as they are, and ``reruns`` records which setting was retrained, in how many seconds,
+why (``--reason``) and the per-seed ``loss_at`` it replaced. The committed sinusoidal
+results come from such a rerun, after ``GPT(pos="sinusoidal")`` took Vaswani et al.'s
+scaled token embeddings (see :class:`attention_course.GPT`).
 
 ``attention_course/assets/position_study.json`` holds the results the chapter
 loads, and ``position_study.pt`` (next to it) the weights of the first seed's five
@@ -179,9 +179,12 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         if data["vocab_size"] != old["vocab_size"]:
             raise SystemExit(f"--only: vocab_size {data['vocab_size']} != {old['vocab_size']}")
+        replaced = [{"seed": r["seed"], "loss_at": r["loss_at"]} for r in old["results"][args.only]]
         old["results"][args.only] = data["results"][args.only]
         reruns = old.setdefault("reruns", [])
-        reruns.append({"pos": args.only, "seconds": seconds, "reason": args.reason})
+        reruns.append(
+            {"pos": args.only, "seconds": seconds, "reason": args.reason, "replaced": replaced}
+        )
         data = old
 
     def rounded(value):

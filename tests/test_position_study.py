@@ -44,18 +44,10 @@ def _check_weights(path: Path, vocab_size: int) -> None:
         model.load_state_dict({k: v.float() for k, v in state.items()})
 
 
-def test_quick_study_writes_what_the_chapter_reads(tmp_path):
-    out = tmp_path / "study.json"
+def _run_script(*args: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "position_study.py"),
-            "--quick",
-            "--no-progress",
-            "--out",
-            str(out),
-        ],
+        [sys.executable, str(ROOT / "scripts" / "position_study.py"), "--no-progress", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -63,10 +55,37 @@ def test_quick_study_writes_what_the_chapter_reads(tmp_path):
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_quick_study_writes_what_the_chapter_reads(tmp_path):
+    out = tmp_path / "study.json"
+    _run_script("--quick", "--out", str(out))
     data = json.loads(out.read_text())
     assert data["config"]["steps"] == 3
     _check_results(data)
     _check_weights(out.with_suffix(".pt"), data["vocab_size"])
+
+    # --only retrains one setting and leaves the other settings' entries as they were
+    before = json.loads(out.read_text())
+    before_weights = torch.load(out.with_suffix(".pt"), weights_only=True)["state_dicts"]
+    before["results"]["rope"][0]["loss_at"]["16"] = 99.0  # a marker the rerun must replace
+    out.write_text(json.dumps(before, indent=1) + "\n")
+    _run_script("--quick", "--only", "rope", "--reason", "test", "--out", str(out))
+    after = json.loads(out.read_text())
+    _check_results(after)
+    assert after["results"]["rope"][0]["loss_at"]["16"] < 20
+    assert after["reruns"][0]["pos"] == "rope" and after["reruns"][0]["reason"] == "test"
+    assert after["reruns"][0]["replaced"][0]["loss_at"]["16"] == 99.0
+    assert after["total_seconds"] == before["total_seconds"]
+    for pos in POSITIONS:
+        if pos != "rope":
+            assert after["results"][pos] == before["results"][pos]
+    after_weights = torch.load(out.with_suffix(".pt"), weights_only=True)["state_dicts"]
+    assert list(after_weights) == POSITIONS
+    for pos in POSITIONS:
+        for name, w in before_weights[pos].items():
+            assert torch.equal(after_weights[pos][name], w)  # rope too: same seed, same model
+    _check_weights(out.with_suffix(".pt"), after["vocab_size"])
 
 
 def test_committed_study_results():
@@ -76,3 +95,6 @@ def test_committed_study_results():
     assert data["config"]["L"] == 64 and len(data["config"]["seeds"]) >= 2
     _check_weights(path.with_suffix(".pt"), data["vocab_size"])
     assert path.with_suffix(".pt").stat().st_size < 2_000_000
+    # the sinusoidal seeds were retrained (--only) after GPT(pos="sinusoidal") took
+    # Vaswani et al.'s scaled token embeddings
+    assert [r["pos"] for r in data.get("reruns", [])] == ["sinusoidal"]

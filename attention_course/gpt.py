@@ -235,7 +235,7 @@ class GPT(nn.Module):
       Need", arXiv:1706.03762, §3.4): token embeddings ~ N(0, d_model^-1/2) multiplied
       by ``sqrt(d_model)`` before the fixed table is added. Why: the table's entries
       lie in [-1, 1] (rms about 0.71) and are not trained, so GPT-2's unscaled
-      N(0, 0.02) token embeddings would start about 36 times smaller than the positions
+      N(0, 0.02) token embeddings would start about 35 times smaller than the positions
       they are added to; scaled, both have unit-order rms. With tied weights the head
       then starts with entries of std d_model^-1/2, so the untrained loss is a little
       above ``log V``. "learned", "rope", "alibi" and "none" keep GPT-2's convention

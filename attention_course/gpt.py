@@ -232,13 +232,16 @@ class GPT(nn.Module):
       (one Parameter, ``V * D`` fewer parameters), as in GPT-2.
     - Embeddings are not multiplied by ``sqrt(d_model)`` (GPT-2 does not), except with
       ``pos="sinusoidal"``, which follows Vaswani et al. (2017, "Attention Is All You
-      Need", arXiv:1706.03762, §3.4): token embeddings ~ N(0, d_model^-1/2) multiplied
-      by ``sqrt(d_model)`` before the fixed table is added. Why: the table's entries
-      lie in [-1, 1] (rms about 0.71) and are not trained, so GPT-2's unscaled
-      N(0, 0.02) token embeddings would start about 35 times smaller than the positions
-      they are added to; scaled, both have unit-order rms. With tied weights the head
-      then starts with entries of std d_model^-1/2, so the untrained loss is a little
-      above ``log V``. "learned", "rope", "alibi" and "none" keep GPT-2's convention
+      Need", arXiv:1706.03762, §3.4: embeddings multiplied by ``sqrt(d_model)``): token
+      embeddings ~ N(0, d_model^-1/2) (the paper does not state an initialisation; this
+      is fairseq's Transformer's) multiplied by ``sqrt(d_model)`` before the fixed
+      table is added. Why: the table's entries lie in [-1, 1] (rms about 0.71) and are
+      not trained, so GPT-2's unscaled N(0, 0.02) token embeddings would start about 35
+      times smaller than the positions they are added to; scaled, both have unit-order
+      rms. With tied weights the head then shares these larger embeddings, and the
+      untrained model favours repeating the current token: its loss on random targets
+      starts well above ``log V`` (about 6.9 nats for V = 103, d_model = 64, against
+      ``log V`` = 4.6). "learned", "rope", "alibi" and "none" keep GPT-2's convention
       (their initial values and random draws are unchanged).
     - ``norm="layer"`` uses ``torch.nn.LayerNorm``: the course's
       :class:`~attention_course.LayerNorm` computes the same (chapter 7's tests), but
@@ -247,7 +250,7 @@ class GPT(nn.Module):
       (the token embedding's std is d_model^-1/2 with ``pos="sinusoidal"``, above),
       biases 0, LayerNorms (1, 0); the projections that write into the residual stream
       (``attn.w_o`` and ``ffn.linear2``) ~ N(0, 0.02 / sqrt(2 * num_layers)). The
-      untrained model's loss is then close to ``log V``.
+      untrained model's loss is then close to ``log V`` (not with "sinusoidal", above).
     - The feed-forward ``"gelu"`` is the exact (erf) GELU, as ``F.gelu`` and
       ``nn.TransformerEncoderLayer(activation="gelu")``; GPT-2 uses the tanh
       approximation.

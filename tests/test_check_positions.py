@@ -67,3 +67,37 @@ def test_the_rope_shift_answer_is_what_apply_rope_does():
 
     for shift in (1, 7, 1000):
         assert score(5 + shift, 2 + shift) == pytest.approx(score(5, 2), abs=1e-9)
+
+
+def test_every_chapter_14_mistake_scores_below_0_9():
+    """A wrong apply_rope or alibi_slopes never gets (nearly) full marks: a case that alone
+    tests a requirement carries enough weight (the student found H = 1 at 0.96)."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from buggy.positions import CATALOGUE
+
+    from attention_course.checks import CHECKERS
+
+    for target, name, impl, _ in CATALOGUE:
+        score = CHECKERS[target](impl).score
+        assert score < 0.9, (name, score)
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ({"scaled": "Dh"}, "divided by Dh instead of sqrt(Dh)"),
+        ({"causal": "reversed"}, "the mask is reversed"),
+        ({"causal": "diagonal"}, "the mask hides the diagonal too"),
+        ({"fill": 0.0}, "masked scores set to 0 still get weight"),
+        ({"softmax_dim": -2}, "the softmax runs over the queries"),
+    ],
+)
+def test_rope_attention_names_the_attention_slips(options, named):
+    from attention_course.checks.quiz_computed import _rope_attend
+
+    report = check_quiz("14.rope_attention", lambda q, k, v: _rope_attend(q, k, v, **options))
+    assert not report.passed
+    assert named in str(report), str(report)

@@ -3,11 +3,13 @@ base=10000.0)`` (rotary embeddings, half-split layout) and ``alibi_slopes(num_he
 
 Each compares with the reference over a grid of inputs and names the mistake when the
 output equals a known wrong implementation (interleaved pairs, the exponent ``i/Dh``,
-positions from 1, the rotation's sign flipped, the base ignored, ...). Rotating the
-*values* as well cannot be seen from ``apply_rope`` alone (it rotates whatever it is
-given): exercise 14's computed question ``14.rope_attention``
-(:func:`~attention_course.checks.quiz_computed.rope_attention_cases`) names it.
-"""
+positions from 1, the rotation's sign flipped, the base ignored, (B, T) positions
+broadcast for a 4-D x only, angles in float32, ...). Positions from 1 are named as a
+mistake of ``apply_rope``'s contract although, inside attention, shifting every position
+by the same amount changes no score (scores depend on m - n only); the message says so.
+Rotating the *values* as well cannot be seen from ``apply_rope`` alone (it rotates
+whatever it is given): exercise 14's computed question ``14.rope_attention``
+(:func:`~attention_course.checks.quiz_computed.rope_attention_cases`) names it."""
 
 from __future__ import annotations
 
@@ -24,23 +26,49 @@ from ._runner import TRIVIAL, Case, CaseFailed, NotImplementedYet, call_student,
 # ---------------------------------------------------------------- apply_rope: known mistakes
 
 
-def _rope(x, positions, base, *, layout="half", exponent=2.0, sign=1.0, swap=False):
-    """RoPE the right way, or with one known mistake (an independent implementation)."""
+def _rope(
+    x,
+    positions,
+    base,
+    *,
+    layout="half",
+    exponent=2.0,
+    sign=1.0,
+    swap=False,
+    halves="right",
+    fixed_head_axis=False,
+):
+    """RoPE the right way, or with one known mistake (an independent implementation).
+
+    ``exponent`` is the factor of ``i/Dh`` in the frequencies (``"linspace"``: exponents
+    ``-linspace(0, 1, Dh/2)``); ``halves``: ``"swapped"`` concatenates the two halves in
+    the wrong order, ``"second sign"`` flips the sign of ``x1 sin`` in the second half;
+    ``fixed_head_axis``: (B, T) positions always broadcast as ``(B, 1, T, Dh/2)``.
+    """
     T, Dh = x.shape[-2], x.shape[-1]
     half = Dh // 2
     work = torch.float64
     i = torch.arange(half, dtype=work)
-    inv_freq = float(base) ** (-exponent * i / Dh)  # (Dh/2,)
+    if exponent == "linspace":
+        inv_freq = float(base) ** -torch.linspace(0, 1, half, dtype=work)
+    else:
+        inv_freq = float(base) ** (-exponent * i / Dh)  # (Dh/2,)
     angles = sign * positions.to(work)[..., None] * inv_freq  # (T, Dh/2) or (B, T, Dh/2)
     if positions.dim() == 2:
-        angles = angles.view(angles.shape[0], *([1] * (x.dim() - 3)), T, half)
+        between = 1 if fixed_head_axis else x.dim() - 3
+        angles = angles.view(angles.shape[0], *([1] * between), T, half)
     cos, sin = angles.cos(), angles.sin()
     if swap:
         cos, sin = sin, cos
     xd = x.to(work)
     if layout == "half":
         x1, x2 = xd[..., :half], xd[..., half:]
-        out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+        first, second = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+        if halves == "swapped":
+            first, second = second, first
+        elif halves == "second sign":
+            second = x2 * cos - x1 * sin
+        out = torch.cat([first, second], dim=-1)
     else:  # interleaved: (2i, 2i + 1)
         x1, x2 = xd[..., 0::2], xd[..., 1::2]
         out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
@@ -51,7 +79,7 @@ def _rope_mistakes(x, positions, base):
     def rope(**kwargs):
         return lambda: _rope(x, positions, base, **kwargs)
 
-    return [
+    mistakes = [
         (
             "interleaved pairs: you paired feature 2i with 2i + 1 (RoFormer / GPT-J layout); "
             "apply_rope uses the half-split layout, feature i with i + Dh/2: "
@@ -70,7 +98,9 @@ def _rope_mistakes(x, positions, base):
         ),
         (
             "positions start at 1: the first token is at position 0 (no rotation), "
-            "`positions = torch.arange(T)`",
+            "`positions = torch.arange(T)`. Inside attention this shift alone would cancel "
+            "(a score depends on m - n only when q and k are shifted alike), but apply_rope "
+            "must return the rotation at the positions it is given",
             lambda: _rope(x, positions + 1, base),
         ),
         (
@@ -92,7 +122,49 @@ def _rope_mistakes(x, positions, base):
             "the given `positions`",
             lambda: _rope(x, torch.arange(x.shape[-2]), base),
         ),
+        (
+            "the two halves are concatenated in the wrong order: the first half of the "
+            "output is x1 cos - x2 sin, the second x2 cos + x1 sin",
+            rope(halves="swapped"),
+        ),
+        (
+            "the second half's sign: out[i + Dh/2] = x[i + Dh/2] cos + x[i] sin (plus, "
+            "not minus: a rotation, not a reflection)",
+            rope(halves="second sign"),
+        ),
+        (
+            "every pair turns at the same frequency (base^0 = 1): `2 * i // Dh` is integer "
+            "division; use a float exponent, `base ** (-2 * i / Dh)`",
+            rope(exponent=0.0),
+        ),
+        (
+            "the frequencies run from 1 down to 1/base: pair i turns at base^(-2i/Dh) for "
+            "i = 0 .. Dh/2 - 1, so the last is base^(-(Dh - 2)/Dh), not 1/base "
+            "(`torch.linspace(0, 1, Dh // 2)` is not 2i/Dh)",
+            rope(exponent="linspace"),
+        ),
     ]
+    if positions.dim() == 2:
+        mistakes += [
+            (
+                "every sequence got the positions of row 0: row b of `positions` belongs to "
+                "x[b]; reshape the (B, T, Dh/2) angles to (B, 1, .., 1, T, Dh/2)",
+                lambda: _rope(x, positions[0], base),
+            ),
+            (
+                "each sequence was rotated with another row of `positions`: row b belongs "
+                "to x[b] (x's first axis), not to another axis",
+                lambda: _rope(x, positions.flip(0), base),
+            ),
+            (
+                "the (B, T) positions are broadcast with a fixed head axis (`unsqueeze(1)`, "
+                "as if x were always (B, H, T, Dh)): x may be (B, T, Dh) or have several "
+                "axes between B and T; reshape the angles to (B, 1, .., 1, T, Dh/2) with "
+                "x.dim() - 3 ones",
+                lambda: _rope(x, positions, base, fixed_head_axis=True),
+            ),
+        ]
+    return mistakes
 
 
 def _describe(x, positions, base, given_positions: bool) -> str:
@@ -102,6 +174,37 @@ def _describe(x, positions, base, given_positions: bool) -> str:
     if base != 10000.0:
         args.append(f"base={base}")
     return "apply_rope(" + ", ".join(args) + ")"
+
+
+def _float32_angles_hint(x, positions, expected):
+    """A hint for float64 results that are right to about 4 digits only at large positions:
+    the angles (positions x frequencies) computed in float32."""
+
+    def hint(got):
+        if x.dtype != torch.float64 or int(positions.abs().max()) < 100:
+            return None
+        error = float((got.to(torch.float64) - expected).abs().max())
+        if not error <= 1e-3 * (1.0 + float(expected.abs().max())):
+            return None
+        return (
+            "your values agree with the reference to about 4 digits only, as if the angles "
+            "were computed in float32: compute them (positions x frequencies) in float64, "
+            "`positions.to(torch.float64)[..., None] * base ** (-2 * i / Dh)` with i float64 "
+            "(at position 1000 float32 angles are off by about 1e-5), and only then convert "
+            "cos and sin to x.dtype"
+        )
+
+    return hint
+
+
+def _broadcast_error_hint(positions):
+    if positions is None or positions.dim() != 2:
+        return None
+    return (
+        "positions (B, T) go with x's first axis and with T: reshape the (B, T, Dh/2) angles "
+        "to (B, 1, .., 1, T, Dh/2), one 1 for each of the x.dim() - 3 axes between them (none "
+        "for x (B, T, Dh))"
+    )
 
 
 def _rope_case(candidate, shape, *, seed, positions=None, base=10000.0, dtype=torch.float64):
@@ -115,8 +218,21 @@ def _rope_case(candidate, shape, *, seed, positions=None, base=10000.0, dtype=to
         used = torch.arange(shape[-2]) if positions is None else positions
         expected = ref.apply_rope(x, used, base)
         what = _describe(x, used, base, positions is not None)
-        got = call_student(candidate, x.clone(), what=what, arg_names=("x",), **kwargs)
-        expect_close(got, expected, f"the output of {what}", mistakes=_rope_mistakes(x, used, base))
+        got = call_student(
+            candidate,
+            x.clone(),
+            what=what,
+            arg_names=("x",),
+            error_hint=_broadcast_error_hint(positions),
+            **kwargs,
+        )
+        expect_close(
+            got,
+            expected,
+            f"the output of {what}",
+            mistakes=_rope_mistakes(x, used, base),
+            hints=[_float32_angles_hint(x, used, expected)],
+        )
 
     return run
 
@@ -169,6 +285,11 @@ def _grad_case(candidate):
     return run
 
 
+_SOLE = 1.5
+"""The weight of a case that alone tests one requirement (the 5-D broadcast, large positions,
+the odd-Dh error, gradients): failing it alone must keep the score below 0.9."""
+
+
 @checker("apply_rope")
 def check_apply_rope(candidate) -> list[Case]:
     """Check ``apply_rope(x, positions=None, base=10000.0) -> same shape as x``: the
@@ -195,10 +316,31 @@ def check_apply_rope(candidate) -> list[Case]:
                 candidate,
                 (2, 3, 5, 4),
                 seed=4,
-                positions=torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]]),
+                positions=torch.tensor([[7, 8, 9, 10, 11], [0, 1, 2, 3, 4]]),
                 dtype=torch.float32,
             ),
             covers=frozenset({"positions", "positions=(B, T)", "dtype=float32"}),
+        ),
+        Case(
+            "x (2, 5, 4) 3-D, positions (B=2, T=5): no axis between B and T",
+            _rope_case(
+                candidate,
+                (2, 5, 4),
+                seed=8,
+                positions=torch.tensor([[3, 4, 5, 6, 7], [20, 21, 22, 23, 24]]),
+            ),
+            covers=frozenset({"positions", "positions=(B, T)", "x (B, T, Dh)"}),
+        ),
+        Case(
+            "x (2, 3, 2, 5, 4) 5-D, positions (B=2, T=5): two axes between B and T",
+            _rope_case(
+                candidate,
+                (2, 3, 2, 5, 4),
+                seed=9,
+                positions=torch.tensor([[5, 6, 7, 8, 9], [1, 2, 3, 4, 5]]),
+            ),
+            weight=_SOLE,
+            covers=frozenset({"positions", "positions=(B, T)", "x 5-D"}),
         ),
         Case(
             "x (3, 2): one feature pair, positions 0 .. 2",
@@ -216,10 +358,18 @@ def check_apply_rope(candidate) -> list[Case]:
             _rope_case(
                 candidate, (4, 10), seed=7, positions=torch.tensor([0, 1, 999, 1000]), base=500.0
             ),
+            weight=_SOLE,
             covers=frozenset({"positions", "base"}),
         ),
-        Case("odd Dh raises ValueError", _odd_case(candidate), covers=frozenset({"odd Dh"})),
-        Case("gradients flow to x", _grad_case(candidate), covers=frozenset({"grad"})),
+        Case(
+            "odd Dh raises ValueError",
+            _odd_case(candidate),
+            weight=_SOLE,
+            covers=frozenset({"odd Dh"}),
+        ),
+        Case(
+            "gradients flow to x", _grad_case(candidate), weight=_SOLE, covers=frozenset({"grad"})
+        ),
     ]
 
 
@@ -237,7 +387,37 @@ def _slope_mistakes(H: int):
     def t(values):
         return lambda: torch.tensor(values, dtype=torch.float32)
 
-    mistakes = [
+    mistakes = []
+    if H == 1:
+        mistakes.append(
+            (
+                "for H = 1 the slope is 2^-8 = 1/256, what the power-of-2 formula "
+                "2^(-8(h + 1)/H) gives for H = 1, h = 0: no special case is needed",
+                t([1.0]),
+            )
+        )
+    if n != H:
+        mistakes += [
+            (
+                f"for H = {H} the extra slopes come first: take the n = {n}-head slopes "
+                "first, then the extra 2n-head slopes at even indices after them, "
+                "`slopes_n + slopes_2n[0::2][:H - n]`",
+                t(_slopes_for(2 * n)[0::2][: H - n] + _slopes_for(n)),
+            ),
+            (
+                f"the slopes are sorted: for H = {H} the extra 2n-head slopes go after the "
+                f"n = {n}-head slopes, as in the paper's code, even though the first extra "
+                "one is larger (do not sort)",
+                t(sorted(ref.alibi_slopes(H).tolist(), reverse=True)),
+            ),
+            (
+                f"for H = {H} you took the first H slopes of the next power of 2 "
+                f"({big} heads): n = 2^floor(log2 H) = {n}; take the {n}-head slopes, then "
+                "the 2n-head slopes at even indices",
+                t(_slopes_for(big)[:H]),
+            ),
+        ]
+    mistakes += [
         (
             "the exponent starts at h = 0: slope_h = 2^(-8(h + 1)/H), so the first slope is "
             "2^(-8/H), not 1",
@@ -256,6 +436,11 @@ def _slope_mistakes(H: int):
             "positive exponent: the slopes must fall, 2^(-8(h+1)/H), all below 1",
             t([2.0 ** (8.0 * (h + 1) / H) for h in range(H)]),
         ),
+        (
+            "the slopes are negative: return the positive slopes s_h; the minus sign "
+            "belongs to the bias, -s_h (i - j)",
+            t([-v for v in ref.alibi_slopes(H).tolist()]),
+        ),
     ]
     if n != H:
         mistakes += [
@@ -269,12 +454,6 @@ def _slope_mistakes(H: int):
                 f"for H = {H} the extra slopes are taken at odd indices: take the 2n-head "
                 "slopes at even indices, `slopes_2n[0::2][:H - n]`",
                 t(_slopes_for(n) + _slopes_for(2 * n)[1::2][: H - n]),
-            ),
-            (
-                f"for H = {H} you took the first H slopes of the next power of 2 "
-                f"({big} heads): take the n = {n}-head slopes, then the 2n-head slopes at "
-                "even indices",
-                t(_slopes_for(big)[:H]),
             ),
             (
                 f"for H = {H} the extra slopes are taken from the start of the 2n-head list "
@@ -313,7 +492,9 @@ def check_alibi_slopes(candidate) -> list[Case]:
         ),
         Case("H = 4", _slopes_case(candidate, 4), covers=frozenset({"power of 2"})),
         Case("H = 16", _slopes_case(candidate, 16), covers=frozenset({"power of 2"})),
-        Case("H = 1", _slopes_case(candidate, 1), weight=TRIVIAL, covers=frozenset({"H=1"})),
+        # Not TRIVIAL: a special case for H = 1 is a mistake of its own (the formula gives
+        # 2^-8), so the case carries a full weight.
+        Case("H = 1: 2^-8", _slopes_case(candidate, 1), covers=frozenset({"H=1"})),
         Case(
             "H = 6 (not a power of 2)",
             _slopes_case(candidate, 6),

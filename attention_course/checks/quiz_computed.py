@@ -345,8 +345,20 @@ def masked_mean_pool_cases(candidate: Callable) -> list[Case]:
 # ---------------------------------------------------------------- chapter 14: RoPE in attention
 
 
-def _rope_attend(q, k, v, *, rotate: str = "qk", causal: bool = True, scaled: bool = True):
-    """Causal attention with RoPE, the right way (``rotate="qk"``) or a known mistake."""
+def _rope_attend(
+    q,
+    k,
+    v,
+    *,
+    rotate: str = "qk",
+    causal: str | bool = True,
+    scaled: str | bool = True,
+    fill: float = float("-inf"),
+    softmax_dim: int = -1,
+):
+    """Causal attention with RoPE, the right way (``rotate="qk"``) or a known mistake:
+    ``causal="reversed"`` hides the past, ``"diagonal"`` the key j = t too;
+    ``scaled="Dh"`` divides by Dh; ``fill`` is the masked scores' value."""
     from attention_course.positions import apply_rope
 
     T = q.shape[-2]
@@ -357,12 +369,17 @@ def _rope_attend(q, k, v, *, rotate: str = "qk", causal: bool = True, scaled: bo
     if "v" in rotate:
         v = apply_rope(v)
     scores = q @ k.transpose(-2, -1)  # (..., T, T)
-    if scaled:
+    if scaled == "Dh":
+        scores = scores / q.shape[-1]
+    elif scaled:
         scores = scores / math.sqrt(q.shape[-1])
     if causal:
-        future = torch.ones(T, T, dtype=torch.bool).triu(1)
-        scores = scores.masked_fill(future, float("-inf"))
-    return scores.softmax(dim=-1) @ v
+        hidden = {
+            "reversed": torch.ones(T, T, dtype=torch.bool).tril(-1),
+            "diagonal": torch.ones(T, T, dtype=torch.bool).triu(0),
+        }.get(causal, torch.ones(T, T, dtype=torch.bool).triu(1))
+        scores = scores.masked_fill(hidden, fill)
+    return scores.softmax(dim=softmax_dim) @ v
 
 
 def rope_attention_cases(candidate: Callable) -> list[Case]:
@@ -404,6 +421,30 @@ def rope_attention_cases(candidate: Callable) -> list[Case]:
                         variant(causal=False),
                     ),
                     ("the scores are not divided by sqrt(Dh)", variant(scaled=False)),
+                    (
+                        "the scores are divided by Dh instead of sqrt(Dh)",
+                        variant(scaled="Dh"),
+                    ),
+                    (
+                        "the mask is reversed: it hides the keys j < t (the past); hide the "
+                        "future keys j > t, `torch.ones(T, T, dtype=torch.bool).triu(1)`",
+                        variant(causal="reversed"),
+                    ),
+                    (
+                        "the mask hides the diagonal too (key j = t), so query 0 sees no key "
+                        "at all: hide only j > t, `triu(1)`, not `triu(0)`",
+                        variant(causal="diagonal"),
+                    ),
+                    (
+                        "masked scores set to 0 still get weight in the softmax: fill them "
+                        "with -inf",
+                        variant(fill=0.0),
+                    ),
+                    (
+                        "the softmax runs over the queries (dim=-2): each query's weights "
+                        "over the keys must sum to 1, `softmax(dim=-1)`",
+                        variant(softmax_dim=-2),
+                    ),
                 ],
             )
             if grad:

@@ -16,6 +16,9 @@ def _rope(
     ignore_base=False,
     interleaved=False,
     swap=False,
+    halves="right",
+    head_axis="any",
+    angle_dtype=torch.float64,
 ):
     T, Dh = x.shape[-2], x.shape[-1]
     if Dh % 2:
@@ -25,10 +28,24 @@ def _rope(
     if ignore_base:
         base = 10000.0
     half = Dh // 2
-    i = torch.arange(half, dtype=torch.float64)
-    angles = sign * (positions.double() + start)[..., None] * base ** (-exponent * i / Dh)
+    if exponent == "integer":  # 2 * i // Dh: every exponent is 0
+        i = torch.arange(half)
+        inv_freq = base ** (-(2 * i // Dh)).to(angle_dtype)
+    elif exponent == "linspace":
+        inv_freq = base ** -torch.linspace(0, 1, half, dtype=angle_dtype)
+    else:
+        i = torch.arange(half, dtype=angle_dtype)
+        inv_freq = base ** (-exponent * i / Dh)
+    angles = sign * (positions.to(angle_dtype) + start)[..., None] * inv_freq
     if positions.dim() == 2:
-        angles = angles.view(angles.shape[0], *([1] * (x.dim() - 3)), T, half)
+        if head_axis == "fixed":  # as if x were always (B, H, T, Dh)
+            angles = angles.unsqueeze(1)
+        elif head_axis == "row 0":  # every sequence rotated with the first row
+            angles = angles[0]
+        elif head_axis == "flipped":  # sequence b rotated with another row
+            angles = angles.flip(0).view(angles.shape[0], *([1] * (x.dim() - 3)), T, half)
+        else:
+            angles = angles.view(angles.shape[0], *([1] * (x.dim() - 3)), T, half)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     if swap:
         cos, sin = sin, cos
@@ -36,7 +53,12 @@ def _rope(
         x1, x2 = x[..., 0::2], x[..., 1::2]
         return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
     x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    first, second = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+    if halves == "swapped":
+        first, second = second, first
+    elif halves == "second sign":
+        second = x2 * cos - x1 * sin
+    return torch.cat([first, second], dim=-1)
 
 
 def rope_interleaved(x, positions=None, base=10000.0):
@@ -86,6 +108,47 @@ def rope_detached(x, positions=None, base=10000.0):
     return _rope(x.detach(), positions, base)
 
 
+def rope_bt_fixed_head_axis(x, positions=None, base=10000.0):
+    """Broadcasts (B, T) positions with ``unsqueeze(1)``, as if x were always (B, H, T, Dh):
+    a 3-D x gets a wrong shape, a 5-D x raises."""
+    return _rope(x, positions, base, head_axis="fixed")
+
+
+def rope_bt_first_row(x, positions=None, base=10000.0):
+    """Rotates every sequence with row 0 of (B, T) positions."""
+    return _rope(x, positions, base, head_axis="row 0")
+
+
+def rope_bt_rows_flipped(x, positions=None, base=10000.0):
+    """Rotates sequence b with row B - 1 - b of (B, T) positions."""
+    return _rope(x, positions, base, head_axis="flipped")
+
+
+def rope_float32_angles(x, positions=None, base=10000.0):
+    """Computes the angles in float32: wrong by about 1e-5 at position 1000."""
+    return _rope(x, positions, base, angle_dtype=torch.float32)
+
+
+def rope_halves_swapped(x, positions=None, base=10000.0):
+    """Concatenates the two rotated halves in the wrong order."""
+    return _rope(x, positions, base, halves="swapped")
+
+
+def rope_second_half_sign(x, positions=None, base=10000.0):
+    """Second half x2 cos - x1 sin: a reflection, not a rotation."""
+    return _rope(x, positions, base, halves="second sign")
+
+
+def rope_integer_division(x, positions=None, base=10000.0):
+    """Exponent ``2 * i // Dh`` (integer division): every pair turns at frequency 1."""
+    return _rope(x, positions, base, exponent="integer")
+
+
+def rope_linspace(x, positions=None, base=10000.0):
+    """Exponents ``-linspace(0, 1, Dh/2)``: the last frequency is 1/base."""
+    return _rope(x, positions, base, exponent="linspace")
+
+
 def _power_of_two(n):
     return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
 
@@ -124,6 +187,34 @@ def slopes_next_power(num_heads):
     return torch.tensor(_power_of_two(big)[:num_heads])
 
 
+def _right(num_heads):
+    n = 2 ** int(math.floor(math.log2(num_heads)))
+    return _power_of_two(n) + _power_of_two(2 * n)[0::2][: num_heads - n]
+
+
+def slopes_h1_special(num_heads):
+    """Right, except a special case that returns slope 1 for a single head (it is 2^-8)."""
+    if num_heads == 1:
+        return torch.tensor([1.0])
+    return torch.tensor(_right(num_heads))
+
+
+def slopes_extras_first(num_heads):
+    """Puts the extra 2n-head slopes before the n-head ones."""
+    n = 2 ** int(math.floor(math.log2(num_heads)))
+    return torch.tensor(_power_of_two(2 * n)[0::2][: num_heads - n] + _power_of_two(n))
+
+
+def slopes_sorted(num_heads):
+    """Sorts the slopes, largest first (the paper's order is not sorted for H = 6)."""
+    return torch.tensor(sorted(_right(num_heads), reverse=True))
+
+
+def slopes_negative(num_heads):
+    """Returns -s_h: the minus sign belongs to the bias, not the slope."""
+    return -torch.tensor(_right(num_heads))
+
+
 def slopes_float64(num_heads):
     """Right values, float64 instead of float32."""
     n = 2 ** int(math.floor(math.log2(num_heads)))
@@ -145,6 +236,14 @@ CATALOGUE = [
         "the positions argument is ignored",
     ),
     ("apply_rope", "no odd check", rope_no_odd_check, "returned without raising"),
+    ("apply_rope", "(B, T) fixed head axis", rope_bt_fixed_head_axis, "with a fixed head axis"),
+    ("apply_rope", "(B, T) row 0 only", rope_bt_first_row, "the positions of row 0"),
+    ("apply_rope", "(B, T) rows flipped", rope_bt_rows_flipped, "another row of `positions`"),
+    ("apply_rope", "float32 angles", rope_float32_angles, "the angles were computed in float32"),
+    ("apply_rope", "halves swapped", rope_halves_swapped, "halves are concatenated in the wrong"),
+    ("apply_rope", "second half sign", rope_second_half_sign, "the second half's sign"),
+    ("apply_rope", "integer division", rope_integer_division, "`2 * i // Dh` is integer"),
+    ("apply_rope", "linspace", rope_linspace, "`torch.linspace(0, 1, Dh // 2)` is not"),
     ("apply_rope", "detached", rope_detached, "does not require grad"),
     ("alibi_slopes", "from zero", slopes_from_zero, "the exponent starts at h = 0"),
     ("alibi_slopes", "reversed", slopes_reversed, "the slopes are in reverse order"),
@@ -158,4 +257,8 @@ CATALOGUE = [
     ("alibi_slopes", "odd indices", slopes_odd_indices, "taken at odd indices"),
     ("alibi_slopes", "next power of 2", slopes_next_power, "the next power of 2"),
     ("alibi_slopes", "float64", slopes_float64, "expected dtype torch.float32"),
+    ("alibi_slopes", "H = 1 special case", slopes_h1_special, "for H = 1 the slope is 2^-8"),
+    ("alibi_slopes", "extras first", slopes_extras_first, "the extra slopes come first"),
+    ("alibi_slopes", "sorted", slopes_sorted, "the slopes are sorted"),
+    ("alibi_slopes", "negative", slopes_negative, "the slopes are negative"),
 ]

@@ -7,13 +7,15 @@ the first 90 % of :func:`attention_course.data.python_docs` with windows of
 then scored on the held-out 10 % in non-overlapping windows of ``L``, ``2L`` and
 ``4L`` characters, and the loss at every position of the ``4L`` windows is recorded.
 Learned and sinusoidal positions are built with ``max_len = 4L`` so that they *can* be
-evaluated at ``4L``: the learned rows beyond ``L`` are never trained (they keep their
-initial values), and the sinusoidal rows beyond ``L`` are fixed but unseen.
+evaluated at ``4L``: the learned rows beyond ``L`` receive no gradient (they keep their
+random initial directions, only shrunk by AdamW's weight decay, which ``train.py`` applies
+to the embeddings too), and the sinusoidal rows beyond ``L`` are fixed but unseen.
 
 Run from the repository root (seeded; the committed results took 1245 s for the ten
-models with OMP_NUM_THREADS=1 on the course's 2-core machine, shared with other jobs)::
+models, and the sinusoidal rerun 249 s, with OMP_NUM_THREADS=1 on the course's 2-core
+machine, shared with other jobs; more threads may be faster)::
 
-    OMP_NUM_THREADS=2 python scripts/position_study.py
+    OMP_NUM_THREADS=1 python scripts/position_study.py
     python scripts/position_study.py --quick --out /tmp/study.json   # seconds
     python scripts/position_study.py --only sinusoidal   # retrain one setting, merge
 

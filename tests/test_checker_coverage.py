@@ -97,6 +97,10 @@ REQUIRED_MODES: dict[str, set[str]] = {
         "dtype=float64",
     },
     "swiglu": _GRAD | {"odd sizes"},
+    # chapter 14
+    "apply_rope": _GRAD
+    | {"positions=(B, T)", "odd Dh", "Dh=2", "T=1", "dtype=float32", "dtype=float64"},
+    "alibi_slopes": {"power of 2", "not a power of 2", "H=1"},
 }
 
 EXEMPT: dict[tuple[str, str], str] = {

@@ -437,6 +437,23 @@ def _pool_modes(x, mask):
     }
 
 
+def _rope_reference(q, k, v):
+    from attention_course.checks.quiz_computed import _rope_attend
+
+    return _rope_attend(q, k, v)
+
+
+def _rope_modes(q, k, v):
+    return {
+        "no batch axis": q.dim() == 2,
+        "batch axes": q.dim() >= 3,
+        "T == 1": q.shape[-2] == 1,
+        "float64": q.dtype == torch.float64,
+        "float32": q.dtype == torch.float32,
+        "gradient": q.requires_grad and k.requires_grad and v.requires_grad,
+    }
+
+
 MODES = {
     # a single number: its forms (int, float, numpy, torch) are tested above
     "01.beta": (None, None),
@@ -455,6 +472,8 @@ MODES = {
             "far past the window": tokens > 2 * 4096,
         },
     ),
+    # chapter 14: causal attention with RoPE on q and k
+    "14.rope_attention": (_rope_reference, _rope_modes),
 }
 
 

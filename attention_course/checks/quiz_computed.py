@@ -527,11 +527,133 @@ def _whole_number(raw: object, what: str) -> int | float:
     return int(value) if value.is_integer() else value
 
 
+# ---------------------------------------------------------------- chapter 14: RoPE in attention
+
+
+def _rope_attend(
+    q,
+    k,
+    v,
+    *,
+    rotate: str = "qk",
+    causal: str | bool = True,
+    scaled: str | bool = True,
+    fill: float = float("-inf"),
+    softmax_dim: int = -1,
+):
+    """Causal attention with RoPE, the right way (``rotate="qk"``) or a known mistake:
+    ``causal="reversed"`` hides the past, ``"diagonal"`` the key j = t too;
+    ``scaled="Dh"`` divides by Dh; ``fill`` is the masked scores' value."""
+    from attention_course.positions import apply_rope
+
+    T = q.shape[-2]
+    if "q" in rotate:
+        q = apply_rope(q)
+    if "k" in rotate:
+        k = apply_rope(k)
+    if "v" in rotate:
+        v = apply_rope(v)
+    scores = q @ k.transpose(-2, -1)  # (..., T, T)
+    if scaled == "Dh":
+        scores = scores / q.shape[-1]
+    elif scaled:
+        scores = scores / math.sqrt(q.shape[-1])
+    if causal:
+        hidden = {
+            "reversed": torch.ones(T, T, dtype=torch.bool).tril(-1),
+            "diagonal": torch.ones(T, T, dtype=torch.bool).triu(0),
+        }.get(causal, torch.ones(T, T, dtype=torch.bool).triu(1))
+        scores = scores.masked_fill(hidden, fill)
+    return scores.softmax(dim=softmax_dim) @ v
+
+
+def rope_attention_cases(candidate: Callable) -> list[Case]:
+    """Cases for ``rope_attention(q, k, v) -> output``: causal scaled dot-product
+    attention with RoPE (``apply_rope`` at positions ``0 .. T-1``) on q and k only."""
+
+    def run_with(shape: tuple[int, ...], seed: int, dtype=torch.float64, grad: bool = False):
+        def run() -> None:
+            q, k, v = _inputs(shape, shape, shape, seed=seed, dtype=dtype)
+            mine = [t.clone().requires_grad_(grad) for t in (q, k, v)]
+            theirs = [t.clone().requires_grad_(grad) for t in (q, k, v)]
+            want = _rope_attend(*theirs)
+            call = f"rope_attention(q, k, v), each {fmt_shape(shape)}"
+            got = call_student(candidate, *mine, what=call, arg_names=("q", "k", "v"))
+
+            def variant(**options):
+                return lambda: _rope_attend(q, k, v, **options)
+
+            _expect_close(
+                got,
+                want.detach(),
+                f"the output of {call}",
+                dtype_hint=DTYPE_HINT,
+                mistakes=[
+                    (
+                        "RoPE is applied to the values as well: rotate q and k only; the "
+                        "values carry content, and only the scores need the offset",
+                        variant(rotate="qkv"),
+                    ),
+                    ("only the queries are rotated: rotate the keys too", variant(rotate="q")),
+                    ("only the keys are rotated: rotate the queries too", variant(rotate="k")),
+                    (
+                        "no rotation: apply_rope to q and k before the scores",
+                        variant(rotate=""),
+                    ),
+                    (
+                        "no causal mask: fill the scores of keys j > t with -inf before the "
+                        "softmax",
+                        variant(causal=False),
+                    ),
+                    ("the scores are not divided by sqrt(Dh)", variant(scaled=False)),
+                    (
+                        "the scores are divided by Dh instead of sqrt(Dh)",
+                        variant(scaled="Dh"),
+                    ),
+                    (
+                        "the mask is reversed: it hides the keys j < t (the past); hide the "
+                        "future keys j > t, `torch.ones(T, T, dtype=torch.bool).triu(1)`",
+                        variant(causal="reversed"),
+                    ),
+                    (
+                        "the mask hides the diagonal too (key j = t), so query 0 sees no key "
+                        "at all: hide only j > t, `triu(1)`, not `triu(0)`",
+                        variant(causal="diagonal"),
+                    ),
+                    (
+                        "masked scores set to 0 still get weight in the softmax: fill them "
+                        "with -inf",
+                        variant(fill=0.0),
+                    ),
+                    (
+                        "the softmax runs over the queries (dim=-2): each query's weights "
+                        "over the keys must sum to 1, `softmax(dim=-1)`",
+                        variant(softmax_dim=-2),
+                    ),
+                ],
+            )
+            if grad:
+                _backward(got, want, "output", seed + 1)
+                for name, a, b in zip(("`q`", "`k`", "`v`"), mine, theirs):
+                    expect_grad(a.grad, b.grad, name)
+
+        return run
+
+    return [
+        Case("q, k, v (6, 8): no batch axis", run_with((6, 8), 1)),
+        Case("q, k, v (2, 3, 5, 4): batch and head axes", run_with((2, 3, 5, 4), 2)),
+        Case("float32 inputs give float32 results", run_with((2, 7, 6), 3, dtype=torch.float32)),
+        Case("T = 1: one position", run_with((2, 1, 4), 4)),
+        Case("gradients flow to q, k and v", run_with((2, 5, 8), 5, grad=True)),
+    ]
+
+
 CASES: dict[str, Callable[[Callable], list[Case]]] = {
     "chosen_beta": chosen_beta_cases,
     "dot_product_attention": dot_product_attention_cases,
     "masked_mean_pool": masked_mean_pool_cases,
     "mistral_cache_bytes": mistral_cache_bytes_cases,
+    "rope_attention": rope_attention_cases,  # chapter 14
 }
 """The computed questions' cases by name, as the question bank names them."""
 
@@ -540,3 +662,4 @@ CASES: dict[str, Callable[[Callable], list[Case]]] = {
 check_chosen_beta = checker("chosen_beta")(chosen_beta_cases)
 check_dot_product_attention = checker("dot_product_attention")(dot_product_attention_cases)
 check_masked_mean_pool = checker("masked_mean_pool")(masked_mean_pool_cases)
+check_rope_attention = checker("rope_attention")(rope_attention_cases)  # chapter 14

@@ -18,6 +18,7 @@ from . import (
     modern,
     multihead,
     norms,
+    positions,
     sampling,
     transformer,
 )
@@ -49,6 +50,9 @@ REFERENCES = {
     # chapter 16
     "rms_norm": ac.RMSNorm,
     "swiglu": ac.SwiGLU,
+    # chapter 14
+    "apply_rope": ac.apply_rope,
+    "alibi_slopes": ac.alibi_slopes,
 }
 
 CATALOGUE = [
@@ -63,4 +67,5 @@ CATALOGUE = [
     *interpret.CATALOGUE,
     *kv.CATALOGUE,  # chapter 15
     *modern.CATALOGUE,  # chapter 16
+    *positions.CATALOGUE,  # chapter 14
 ]

@@ -49,8 +49,7 @@ if TYPE_CHECKING:  # nbformat and nbclient come with the `dev` extra; imported w
     from nbformat import NotebookNode
 
 DEFAULT_TIMEOUT = 60.0
-CHECK_TIMEOUT = 10.0  # each checker case's own time limit, inside the kernel
-MARKER = "@@attention-course-grade@@"
+CHECK_TIMEOUT = 10.0  # each checker case's own time limit
 TABLE_WIDTH = 100  # the score table wraps messages to this many characters
 
 
@@ -211,38 +210,81 @@ def _checker_names() -> set[str]:
     return {c.check.__name__ for c in REGISTRY}
 
 
-# ---------------------------------------------------------------- inside the kernel
+# ---------------------------------------------------------------- the checks, out of reach
 
 
-def _grade_in_kernel(namespace: dict, task: dict, timeout: float = CHECK_TIMEOUT) -> None:
-    """Run one task's check on the kernel's namespace; print the result after MARKER.
+def _kernel_hooks(runner: _Runner):
+    """(execute, interrupt, alive, wait) for :class:`sandbox.Session` on the runner's kernel."""
+    import os
+    import signal
 
-    Called by the grader in the submission's own kernel, never by students.
+    client = runner.client
+
+    def process():
+        return getattr(getattr(client.km, "provisioner", None), "process", None)
+
+    def execute(source: str) -> str:
+        return client.kc.execute(source, store_history=False, allow_stdin=False)
+
+    def interrupt() -> None:
+        proc = process()
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGINT)
+
+    def alive() -> bool:
+        proc = process()
+        return proc is None or proc.poll() is None
+
+    def wait(msg_id: str, limit: float) -> bool:
+        """Wait up to ``limit`` seconds for the probe cell's reply; True when it came."""
+        import queue
+        import time
+
+        from jupyter_core.utils import run_sync
+
+        async def reply() -> bool:
+            deadline = time.monotonic() + limit
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    msg = await client.kc.shell_channel.get_msg(timeout=left)
+                except queue.Empty:
+                    return False
+                if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                    return True
+            return False
+
+        return run_sync(reply)()
+
+    return execute, interrupt, alive, wait
+
+
+def _grade_task(runner: _Runner, task: dict, check_timeout: float) -> dict:
+    """Grade one task: the checker runs here, on proxies of the kernel's objects.
+
+    Returns the result ``_fill`` reads; raises :class:`sandbox.KernelLost` when the
+    kernel died or did not come back from an interrupt.
     """
-    result: dict = {"status": "graded"}
-    name = task["name"]
-    if name not in namespace:
-        result = {"status": "missing"}
-    else:
-        candidate = namespace[name]
-        module = getattr(candidate, "__module__", None) or ""
-        if module.split(".")[0] == "attention_course":
-            result = {"status": "reference", "module": module}
-        else:
-            try:
-                if task["kind"] == "quiz":
-                    from .quiz import check_quiz
+    from . import sandbox
 
-                    report = check_quiz(task["question"], candidate, timeout=timeout)
-                else:
-                    from . import checks
-
-                    report = getattr(checks, task["checker"])(candidate, timeout=timeout)
-                result["report"] = report.to_dict()
-            except Exception as error:  # noqa: BLE001 - a grader bug must not stop grading
-                result = {"status": "crashed", "error": f"{type(error).__name__}: {error}"}
-    sys.stdout.write(MARKER + json.dumps(result) + "\n")
-    sys.stdout.flush()
+    execute, interrupt, alive, wait = _kernel_hooks(runner)
+    # each remote call may take a little longer than its case, so that the case's own
+    # time limit speaks first ("ran over the time limit of ... s")
+    session = sandbox.Session(execute, interrupt, alive, limit=check_timeout + 1.0)
+    try:
+        with session as client:
+            result = sandbox.grade_task(client, task, check_timeout)
+    except sandbox.KernelLost:
+        raise
+    except Exception as error:  # noqa: BLE001 - a grader bug must not stop grading
+        result = {"status": "crashed", "error": f"{type(error).__name__}: {error}"}
+    if session.msg_id is not None and alive():
+        if not wait(session.msg_id, sandbox.INTERRUPT_GRACE * 2):
+            interrupt()
+            if not wait(session.msg_id, sandbox.INTERRUPT_GRACE):
+                raise sandbox.KernelLost("hung", "the kernel did not come back after an interrupt")
+    if not alive():
+        raise sandbox.KernelLost("died", "the kernel died")
+    return result
 
 
 # ---------------------------------------------------------------- the run
@@ -298,15 +340,6 @@ class _Runner:
         return _cell_outcome(cell, self.replies.get(index), timeout or self.timeout)
 
 
-def _kernel_result(cell: NotebookNode) -> dict | None:
-    for output in cell.get("outputs", []):
-        text = output.get("text", "") if output.get("output_type") == "stream" else ""
-        for line in text.splitlines():
-            if line.startswith(MARKER):
-                return json.loads(line[len(MARKER) :])
-    return None
-
-
 def grade_notebook(
     path: str | Path,
     *,
@@ -354,29 +387,29 @@ def grade_notebook(
                 status, error = "error", "the kernel died while running this cell"
             runs[index] = CellRun(index, cell_id, status, error)
 
-        # A generous limit for the checks themselves: each checker case has its own
-        # `check_timeout`, and a case that overruns stops the rest of its checker.
-        grading_limit = max(timeout, 6 * check_timeout + 30)
+        from .sandbox import KernelLost
+
+        lost: KernelLost | None = None
         for task, grade in zip(tasks, grades, strict=True):
             if died_at is not None:
                 grade.reason = f"not graded: the kernel died while running cell {died_at}"
                 continue
-            # Imports through __import__, so names the notebook rebound cannot interfere.
-            source = (
-                "__import__('attention_course.grading', fromlist=['_'])._grade_in_kernel("
-                f"globals(), __import__('json').loads({json.dumps(task)!r}), {check_timeout!r})"
-            )
-            probe = nbformat.v4.new_code_cell(source)
-            nb.cells.append(probe)  # nbclient stores the executed cell back into the notebook
-            try:
-                status, error = runner.run(probe, len(nb.cells) - 1, grading_limit, history=False)
-            except DeadKernelError:
-                died_at = len(nb.cells) - 1
-                grade.reason = "not graded: the kernel died while running its check"
+            if lost is not None:
+                grade.reason = f"not graded: the kernel {lost.reason} in an earlier task's check"
                 continue
-            finally:
-                nb.cells.pop()
-            _fill(grade, task, status, error, _kernel_result(probe), nb, cell_index, runs)
+            try:
+                result = _grade_task(runner, task, check_timeout)
+            except KernelLost as error:
+                lost = error
+                if error.reason == "died":
+                    grade.reason = "not graded: the kernel died while running its check"
+                else:
+                    grade.reason = (
+                        "the check did not finish: ran over the time limit and the kernel "
+                        "did not come back after an interrupt"
+                    )
+                continue
+            _fill(grade, task, "ok", "", result, nb, cell_index, runs)
 
     cells = [runs[i] for i in sorted(runs)]
     return Grade(str(path), exercise, grades, cells, timeout)

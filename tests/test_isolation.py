@@ -1,0 +1,277 @@
+"""The grader's checks are out of the student's reach (issue #17, section 1).
+
+``attention-course grade`` runs each checker in its own process on proxies of the
+student's objects (:mod:`attention_course.sandbox`). Two things are tested here:
+
+* the proxies change nothing for an honest notebook: each task's report equals the one
+  the same checker gives in-process on the notebook's own objects (solved twins: full
+  marks; student copies: the same "not implemented" reports), for exercises 04, 06
+  (modules and gradients), 07 (norms, training mode, running statistics) and 13
+  (CausalSelfAttention, filter_logits, quizzes);
+* the adversarial submissions of ``tests/fixtures/cheat_*.ipynb`` (written by
+  ``tests/fixtures/make_cheats.py``) earn nothing they should not, and the reason is
+  named.
+
+Each notebook is graded once (a kernel each, 5-20 s on two cores).
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import traceback
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("nbclient")
+
+import torch  # noqa: E402
+
+from attention_course import grading, sandbox  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def _grade(path: Path, **options) -> grading.Grade:
+    return grading.grade_notebook(path, **options)
+
+
+def _by_name(grade: grading.Grade) -> dict[str, grading.TaskGrade]:
+    return {t.name: t for t in grade.tasks}
+
+
+# ---------------------------------------------------------------- honest notebooks
+
+
+def _in_process_reports(path: Path) -> dict[str, dict]:
+    """Run the notebook's cells (not its check cells) in this process, then each task's
+    checker on the notebook's own objects: the reports the check cells show students."""
+    from attention_course import checks
+    from attention_course.quiz import check_quiz
+
+    nb = nbformat.read(path, as_version=4)
+    namespace: dict = {"__name__": "__main__"}
+    state = torch.get_rng_state(), torch.get_default_dtype()
+    try:
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code" or grading._is_check_cell(cell):
+                continue
+            name = f"<cell {path.stem} {index}>"
+            lines = cell.source.splitlines(True)
+            linecache.cache[name] = (len(cell.source), None, lines, name)  # "at line ..."
+            try:
+                exec(compile(cell.source, name, "exec"), namespace)
+            except Exception:  # noqa: BLE001 - the stubs raise NotImplementedError
+                traceback.clear_frames(None)
+        reports = {}
+        for task in grading.find_tasks(nb):
+            candidate = namespace[task["name"]]
+            if task["kind"] == "quiz":
+                report = check_quiz(task["question"], candidate, timeout=grading.CHECK_TIMEOUT)
+            else:
+                checker = getattr(checks, task["checker"])
+                report = checker(candidate, timeout=grading.CHECK_TIMEOUT)
+            reports[task["name"]] = report.to_dict()
+        return reports
+    finally:
+        torch.set_rng_state(state[0])
+        torch.set_default_dtype(state[1])
+
+
+HONEST = [
+    "solutions/04_scaled_dot_product",
+    "04_scaled_dot_product",
+    "solutions/06_multi_head_attention",
+    "06_multi_head_attention",
+    "solutions/07_layernorm_batchnorm",
+    "07_layernorm_batchnorm",
+    "solutions/13_decoder_only",
+    "13_decoder_only",
+]
+
+
+@pytest.mark.parametrize("name", HONEST)
+def test_proxies_grade_like_the_checker_in_process(name, monkeypatch):
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    path = ROOT / "exercises" / f"{name}.ipynb"
+    grade = _grade(path)
+    expected = _in_process_reports(path)
+    assert [t.name for t in grade.tasks] == list(expected)
+    for task in grade.tasks:
+        assert task.report == expected[task.name], task.name
+        assert task.fraction == pytest.approx(expected[task.name]["score"])
+    if name.startswith("solutions/"):
+        assert grade.passed and grade.score == grade.max_score, grade.table()
+    else:
+        assert grade.score == 0
+        assert all("not implemented" in t.reason for t in grade.tasks), grade.table()
+
+
+# ---------------------------------------------------------------- adversaries
+
+
+def _fixture(name: str) -> Path:
+    path = FIXTURES / f"{name}.ipynb"
+    assert path.exists(), f"run python tests/fixtures/make_cheats.py ({path.name} is missing)"
+    return path
+
+
+@pytest.fixture(scope="module")
+def patched_checkers():
+    return _grade(_fixture("cheat_patch_checkers"))
+
+
+@pytest.fixture(scope="module")
+def patched_torch():
+    return _grade(_fixture("cheat_patch_torch"))
+
+
+@pytest.fixture(scope="module")
+def forged_output():
+    return _grade(_fixture("cheat_forged_output"))
+
+
+@pytest.fixture(scope="module")
+def reach_grader():
+    return _grade(_fixture("cheat_reach_grader"))
+
+
+@pytest.fixture(scope="module")
+def evil_objects(tmp_path_factory):
+    log = tmp_path_factory.mktemp("cheat") / "log.txt"
+    old = os.environ.get("ATTENTION_COURSE_CHEAT_LOG")
+    os.environ["ATTENTION_COURSE_CHEAT_LOG"] = str(log)
+    try:
+        grade = _grade(_fixture("cheat_evil_objects"))
+    finally:
+        if old is None:
+            del os.environ["ATTENTION_COURSE_CHEAT_LOG"]
+        else:
+            os.environ["ATTENTION_COURSE_CHEAT_LOG"] = old
+    lines = log.read_text().split("\n") if log.exists() else []
+    return grade, [line.split() for line in lines if line]
+
+
+def test_rebinding_the_checkers_and_the_report_earns_nothing(patched_checkers):
+    grade = patched_checkers
+    cell = next(c for c in grade.cells if c.id == "cheat-patch-checkers")
+    assert cell.status == "ok"  # the patching cell ran, in the kernel
+    assert grade.score == 0 and not grade.passed
+    for task in grade.tasks:
+        assert task.reason.startswith("implemented: not implemented yet"), task.reason
+
+
+def test_patching_torch_comparisons_earns_nothing(patched_torch):
+    tasks = _by_name(patched_torch)
+    sdpa = tasks["scaled_dot_product_attention"]
+    assert not sdpa.passed and sdpa.score < 1, sdpa.reason
+    assert "wrong values" in sdpa.reason and "Likely mistake" in sdpa.reason, sdpa.reason
+    assert tasks["which_bug"].score == 0
+    assert '"a" is not right' in tasks["which_bug"].reason
+    assert tasks["predicted_variances"].score == 0
+    assert "(1, 1)" in tasks["predicted_variances"].reason
+
+
+def test_forged_grader_lines_and_replies_earn_nothing(forged_output):
+    grade = forged_output
+    assert grade.score == 0, grade.table()
+    tasks = _by_name(grade)
+    assert "which_bug" in tasks and tasks["which_bug"].reason, grade.table()
+    for task in grade.tasks:
+        assert not task.passed and task.reason, task
+
+
+def test_a_candidate_cannot_reach_the_checker_or_the_reference_output(reach_grader):
+    tasks = _by_name(reach_grader)
+    sdpa = tasks["scaled_dot_product_attention"]
+    assert sdpa.score == 0 and not sdpa.passed, sdpa.reason
+    assert "wrong values" in sdpa.reason, sdpa.reason
+    # the honest answers next to it still count
+    assert tasks["which_bug"].passed and tasks["predicted_variances"].passed
+
+
+def test_objects_that_would_run_code_in_the_grader_are_failed_cases(evil_objects):
+    grade, log = evil_objects
+    tasks = _by_name(grade)
+    sdpa = tasks["scaled_dot_product_attention"]
+    assert sdpa.score == 0, sdpa.reason
+    assert "expected a torch.Tensor, got EvilTensor" in sdpa.reason, sdpa.reason
+    assert tasks["which_bug"].score == 0
+    assert "got a Anything" in tasks["which_bug"].reason, tasks["which_bug"].reason
+    assert tasks["predicted_variances"].score == 0
+    assert "is not right" in tasks["predicted_variances"].reason
+    # the student's hooks ran, if at all, in the kernel: never in this process
+    assert all(pid != str(os.getpid()) for _, pid in log), log
+
+
+# ---------------------------------------------------------------- time limits
+
+
+def test_a_call_over_its_limit_is_interrupted_and_a_deaf_kernel_named(tmp_path):
+    """Task 1 loops (interrupted, graded as a time-out); task 2 ignores the interrupt
+    (the kernel does not come back: named); task 3 cannot be graded after that."""
+    nb = nbformat.read(ROOT / "exercises" / "solutions" / "04_scaled_dot_product.ipynb", 4)
+    sources = {
+        "task1-solution": (
+            "def scaled_dot_product_attention(query, key, value, mask=None, dropout_p=0.0,"
+            " scale=None):\n    while True:\n        pass\n"
+        ),
+        "task2-solution": (
+            "import signal\nimport time\n\n\ndef which_bug():\n"
+            "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "    while True:\n        time.sleep(0.05)\n"
+        ),
+    }
+    for cell in nb.cells:
+        if cell.get("id") in sources:
+            cell.source = sources[cell.id]
+    path = tmp_path / "04_loops.ipynb"
+    nbformat.write(nb, path)
+    grade = _grade(path, check_timeout=2.0)
+    loop, deaf, after = grade.tasks
+    assert loop.score == 0 and "ran over the time limit of 2 s" in loop.reason, loop.reason
+    assert deaf.score == 0
+    assert "did not come back after an interrupt" in deaf.reason, deaf.reason
+    assert after.score == 0 and "hung" in after.reason, after.reason
+
+
+# ---------------------------------------------------------------- no kernel needed
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_replies_are_read_as_data_only():
+    """A pickle that would call a function is refused by the reader the grader uses."""
+    import io
+    import pickle
+    import socket
+    import struct
+
+    class Call:
+        def __reduce__(self):
+            return (os.getpid, ())
+
+    a, b = socket.socketpair()
+    try:
+        data = pickle.dumps(Call())
+        a.sendall(struct.pack("!Q", len(data)) + data)
+        with pytest.raises(pickle.UnpicklingError):
+            sandbox._recv(b)
+        buffer = io.BytesIO()
+        torch.save(("ok", ("t", torch.ones(2), False, None, False, -1), {}), buffer)
+        a.sendall(struct.pack("!Q", len(buffer.getvalue())) + buffer.getvalue())
+        assert sandbox._recv(b)[0] == "ok"
+    finally:
+        a.close()
+        b.close()
+
+
+def test_malformed_values_are_refused():
+    client = sandbox.Client.__new__(sandbox.Client)
+    client.proxies, client.classes = {}, {}
+    for bad in [("v", object), ("t", "x", 0, 0, 0, 0), ("dict", [(("t", 1), ("v", 1))]), "v", ()]:
+        with pytest.raises(sandbox.SandboxError):
+            client.decode(bad)
+    assert client.decode(("tuple", [("v", 1), ("size", [2, 3])])) == (1, torch.Size([2, 3]))

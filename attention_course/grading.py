@@ -8,13 +8,18 @@
    skipped: the grader runs the checks itself, so deleting or editing a check cell
    changes nothing.
 2. For every task listed in the notebook's metadata (``metadata.attention_course.tasks``,
-   written by the solved twin and kept by ``attention-course release``), the grader looks
-   up the task's name (``soft_argmax``, ``MultiHeadAttention``, ``chosen_beta``...) in
-   the kernel's namespace and runs its checker, or its quiz check, in that same kernel.
+   written by the solved twin and kept by ``attention-course release``), the grader runs
+   the task's checker, or its quiz check, **in its own process**, on a proxy of the
+   student's object (:mod:`attention_course.sandbox`): the kernel only evaluates the
+   student's code on the inputs it is sent and returns the results as data. Nothing the
+   notebook patches (the checkers, ``torch.allclose``, ``Tensor.__eq__``, the report,
+   printed lines) can change a score, and the checkers and their messages are the ones
+   the check cells show.
 3. Each task scores ``points x report.score``. What could not run scores zero, with the
    reason: not defined (and why: the cell that defines it raised, or timed out, or was
    deleted), the reference imported instead of the student's own code, a check that ran
-   over its time limit, a kernel that died.
+   over its time limit (the call is interrupted), a kernel that died or did not come back
+   after an interrupt.
 4. The table shows, for each task that lost points, the first failing case with its
    whole message: the first line on the task's row, then the lines that name the
    mistake ("Likely mistake: ...", "Hint: ...") or the line of code that raised,
@@ -269,12 +274,20 @@ def _grade_task(runner: _Runner, task: dict, check_timeout: float) -> dict:
     execute, interrupt, alive, wait = _kernel_hooks(runner)
     # each remote call may take a little longer than its case, so that the case's own
     # time limit speaks first ("ran over the time limit of ... s")
-    session = sandbox.Session(execute, interrupt, alive, limit=check_timeout + 1.0)
+    session = sandbox.Session(
+        execute,
+        interrupt,
+        alive,
+        limit=check_timeout + 1.0,
+        finished=lambda msg_id: wait(msg_id, 0.05),
+    )
     try:
         with session as client:
             result = sandbox.grade_task(client, task, check_timeout)
     except sandbox.KernelLost:
         raise
+    except sandbox.SandboxError as error:  # the notebook broke the grader's probe
+        result = {"status": "sabotaged", "error": str(error)}
     except Exception as error:  # noqa: BLE001 - a grader bug must not stop grading
         result = {"status": "crashed", "error": f"{type(error).__name__}: {error}"}
     if session.msg_id is not None and alive():
@@ -366,6 +379,9 @@ def grade_notebook(
         for t in tasks
     ]
     runner = _Runner(nb, path.parent.resolve(), timeout, kernel_name)
+    from .sandbox import warm_up
+
+    warming = warm_up()  # the checkers run in this process: ready them while cells run
     died_at: int | None = None
     with runner.client.setup_kernel(cleanup_kc=True):
         for index, cell in enumerate(nb.cells):
@@ -389,6 +405,7 @@ def grade_notebook(
 
         from .sandbox import KernelLost
 
+        warming.join()
         lost: KernelLost | None = None
         for task, grade in zip(tasks, grades, strict=True):
             if died_at is not None:
@@ -443,6 +460,9 @@ def _fill(
             f"`{grade.name}` is the reference imported from {result['module']}, "
             "not the notebook's own code"
         )
+        return
+    if result["status"] == "sabotaged":
+        grade.reason = f"not graded: {result['error']}"
         return
     if result["status"] == "crashed":
         grade.reason = f"the grader failed on this task (please report it): {result['error']}"

@@ -57,6 +57,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 
@@ -145,6 +146,7 @@ class _Server:
         self.calls: dict[int, tuple] = {}  # call id -> (inputs, differentiable outputs)
         self.hooks: dict[int, object] = {}
         self.events: list = []
+        self.sent_modules: list = []  # the grader's modules passed to the current call
 
     # -- encoding what goes back
     def ref(self, obj: object) -> tuple:
@@ -237,6 +239,13 @@ class _Server:
             return tensor
         if tag == "ref":
             return self.objects[value[1]]
+        if tag in ("module", "obj"):  # the grader's own object, pickled by the grader
+            import pickle
+
+            obj = pickle.loads(value[1].numpy().tobytes())
+            if tag == "module":
+                self.sent_modules.append(obj)
+            return obj
         if tag == "dtype":
             return getattr(torch, value[1].removeprefix("torch."))
         if tag == "device":
@@ -253,13 +262,12 @@ class _Server:
         raise ValueError(f"unknown tag {tag!r}")
 
     def error(self, error: BaseException) -> tuple:
-        kind = "other"
-        if isinstance(error, NotImplementedError):
-            kind = "not_implemented"
-        elif isinstance(error, KeyboardInterrupt):
-            kind = "interrupted"
-        elif isinstance(error, AttributeError):
-            kind = "attribute"
+        # the nearest built-in exception class, so that the grader's `except ValueError`
+        # (or NotImplementedError, ...) catches what it would catch in-process
+        kind = next(
+            (c.__name__ for c in type(error).__mro__ if c.__module__ == "builtins"),
+            "Exception",
+        )
         try:
             text = str(error)
         except BaseException:  # noqa: BLE001 - a student's __str__ may raise
@@ -299,11 +307,14 @@ class _Server:
         if method is not None and method != "__iter__":
             target = getattr(target, method)
         inputs: list = []
+        self.sent_modules = []
         args = self.decode(args, inputs)
         kwargs = self.decode(kwargs, inputs)
         leaves = [t for t in inputs if t is not None]
         tensors = _flat_tensors((args, kwargs))
-        torch.set_rng_state(options["rng"])
+        if options["rng"] is not None:  # None: the kernel's state is the grader's already
+            torch.set_rng_state(options["rng"])
+        rng_before = torch.get_rng_state()
         dtype = torch.get_default_dtype()
         torch.set_default_dtype(getattr(torch, options["dtype"].removeprefix("torch.")))
         self.events = []
@@ -317,6 +328,11 @@ class _Server:
             torch.set_default_dtype(dtype)
         # every tensor argument as it is after the call: the grader compares
         after = [self.tensor(t, None) if t.device.type != "meta" else None for t in tensors]
+        # and the state of every module the grader sent, which the call may have changed
+        modules = [
+            [(str(k), self.tensor(v, None)) for k, v in m.state_dict().items()]
+            for m in self.sent_modules
+        ]
         graph: list = []
         encoded = self.encode(result, graph)
         # An output with a graph, or an input returned as it is, is differentiable.
@@ -325,6 +341,7 @@ class _Server:
             for i, t in enumerate(graph)
             if t.grad_fn is not None or any(t is leaf for leaf in leaves)
         ]
+        rng_after = torch.get_rng_state()
         call_id = len(self.calls) + 1
         self.calls[call_id] = (inputs, [graph[i] for i in differentiable])
         events, self.events = self.events, []
@@ -335,7 +352,8 @@ class _Server:
                 "call": call_id,
                 "differentiable": differentiable,
                 "after": after,
-                "rng": torch.get_rng_state(),
+                "modules": modules,
+                "rng": None if torch.equal(rng_after, rng_before) else rng_after,
                 "events": events,
             },
         )
@@ -465,17 +483,20 @@ def probe_source(path: str, token: str) -> str:
 
 
 def _remote_exception(name: str, message: str, frame, kind: str) -> BaseException:
-    """An exception of the student's exception's name and message, made in the grader."""
-    base: type[BaseException] = Exception
-    if kind == "not_implemented":
-        base = NotImplementedError
-    elif kind == "attribute":
-        base = AttributeError
-    cls = type(name if name.isidentifier() else "Error", (base,), {})
-    error = cls(message)
+    """An exception of the student's exception's name, message and built-in base class,
+    made in the grader, with the student's line for ``describe_exception``."""
+    import builtins
+
+    base = getattr(builtins, kind, None) if kind.isidentifier() else None
+    if not (isinstance(base, type) and issubclass(base, Exception)):
+        base = Exception
+    try:
+        error = type(name if name.isidentifier() else "Error", (base,), {})(message)
+    except Exception:  # noqa: BLE001 - a base that takes other arguments (UnicodeError)
+        error = type(name if name.isidentifier() else "Error", (Exception,), {})(message)
     error.remote_frame = (
         traceback.FrameSummary("<student>", frame[0], frame[1], line=frame[2])
-        if frame and isinstance(frame, tuple) and len(frame) == 3
+        if isinstance(frame, tuple) and len(frame) == 3
         else None
     )
     return error
@@ -529,6 +550,7 @@ class Client:
         self.proxies: dict[int, object] = {}
         self.classes: dict[tuple, type] = {}
         self.hooks: dict[int, tuple] = {}
+        self.kernel_rng: torch.Tensor | None = None  # the kernel's random state, when known
         self.pool = concurrent.futures.ThreadPoolExecutor(1, "attention-course-sandbox")
 
     # -- the exchange, in one worker thread so that a case thread stopped by run_cases's
@@ -545,7 +567,7 @@ class Client:
             if len(reply) != 5:
                 raise SandboxError("the kernel sent a malformed error")
             _, name, text, frame, kind = reply
-            if kind == "interrupted":
+            if kind == "KeyboardInterrupt":
                 raise KernelLost("interrupted", f"interrupted after {self.limit:g} s")
             raise _remote_exception(str(name), str(text), frame, str(kind))
         return reply
@@ -568,15 +590,15 @@ class Client:
                         "hung", "the kernel did not come back after an interrupt"
                     )
                     return self.lost
-                return ("error", "KeyboardInterrupt", "", None, "interrupted")
+                return ("error", "KeyboardInterrupt", "", None, "KeyboardInterrupt")
         except SandboxError as error:
-            return ("error", "SandboxError", str(error), None, "sandbox")
+            return ("error", "SandboxError", str(error), None, "Exception")
         except Exception as error:  # noqa: BLE001 - EOF, a broken pipe, an unreadable reply
             if isinstance(error, (EOFError, OSError)) or not self.alive():
                 reason = "died" if not self.alive() else "hung"
                 self.lost = KernelLost(reason, f"the kernel {reason} ({error})")
                 return self.lost
-            return ("error", "SandboxError", f"an unreadable reply ({error})", None, "sandbox")
+            return ("error", "SandboxError", f"an unreadable reply ({error})", None, "Exception")
 
     def close(self) -> None:
         if self.lost is None:
@@ -687,7 +709,7 @@ class Client:
     def truth(self, key: int) -> bool:
         return bool(self.decode(self.request(("truth", key))[1]))
 
-    def encode(self, value, tensors: list):
+    def encode(self, value, tensors: list, modules: list | None = None):
         if isinstance(value, torch.Tensor):
             tensors.append(value)
             data = value.detach()
@@ -710,17 +732,34 @@ class Client:
             if owner is self:
                 return ("ref", key)
         if isinstance(value, tuple):
-            return ("tuple", [self.encode(v, tensors) for v in value])
+            return ("tuple", [self.encode(v, tensors, modules) for v in value])
         if isinstance(value, list):
-            return ("list", [self.encode(v, tensors) for v in value])
+            return ("list", [self.encode(v, tensors, modules) for v in value])
         if isinstance(value, dict):
             return (
                 "dict",
-                [(self.encode(k, tensors), self.encode(v, tensors)) for k, v in value.items()],
+                [
+                    (self.encode(k, tensors, modules), self.encode(v, tensors, modules))
+                    for k, v in value.items()
+                ],
             )
         if isinstance(value, (bool, int, float, str)):
             return ("v", value)
-        raise TypeError(f"the grader cannot send a {type(value).__name__} to the kernel")
+        # Anything else of the grader's (a reference model to inspect, say) goes pickled:
+        # the kernel may unpickle what the grader sends, never the other way round.
+        import pickle
+
+        try:
+            data = pickle.dumps(value)
+        except Exception as error:  # noqa: BLE001
+            raise TypeError(
+                f"the grader cannot send a {type(value).__name__} to the kernel ({error})"
+            ) from None
+        packed = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        if isinstance(value, nn.Module) and modules is not None:
+            modules.append(value)
+            return ("module", packed)
+        return ("obj", packed)
 
     @staticmethod
     def encode_plain(value):
@@ -730,20 +769,29 @@ class Client:
 
     def call(self, key: int, method: str | None, args: tuple, kwargs: dict):
         tensors: list = []
-        payload = (self.encode(tuple(args), tensors), self.encode(dict(kwargs), tensors))
+        modules: list = []
+        payload = (
+            self.encode(tuple(args), tensors, modules),
+            self.encode(dict(kwargs), tensors, modules),
+        )
+        rng = torch.get_rng_state()
+        same = self.kernel_rng is not None and torch.equal(rng, self.kernel_rng)
         options = {
-            "rng": torch.get_rng_state(),
+            "rng": None if same else rng,
             "grad": torch.is_grad_enabled(),
             "dtype": str(torch.get_default_dtype()),
             "forbid": _forbidden_now(),
         }
+        self.kernel_rng = None  # unknown until the call returns (it may raise)
         reply = self.request(("call", key, method, *payload, options))
         if len(reply) != 3 or not isinstance(reply[2], dict):
             raise SandboxError("the kernel sent a malformed reply to a call")
         meta = reply[2]
-        rng = meta.get("rng")
-        if type(rng) is torch.Tensor and rng.dtype == torch.uint8:
-            torch.set_rng_state(rng)
+        after = meta.get("rng")
+        if type(after) is torch.Tensor and after.dtype == torch.uint8 and after.shape == rng.shape:
+            torch.set_rng_state(after)
+            rng = after
+        self.kernel_rng = rng
         # in-place changes of the arguments, written back so that call_student sees them
         after = meta.get("after", [])
         if not isinstance(after, list) or len(after) != len(tensors):
@@ -758,6 +806,19 @@ class Client:
             elif not _same_value(new, old.detach()):
                 with torch.no_grad():
                     old.copy_(new)
+        reported = meta.get("modules", [])
+        if not isinstance(reported, list) or len(reported) != len(modules):
+            raise SandboxError("the kernel did not report the modules after the call")
+        for module, state in zip(modules, reported):
+            own = module.state_dict()
+            for name, encoded in state:
+                target = own.get(name) if isinstance(name, str) else None
+                if target is None:
+                    continue
+                new = self._tensor(encoded, None).detach()
+                if new.shape == target.shape and not _same_value(new, target.detach()):
+                    with torch.no_grad():
+                        target.copy_(new.to(target.dtype))
         differentiable = {int(i) for i in meta.get("differentiable", [])}
         wanted: list = []
         result = self.decode(reply[1], (differentiable, wanted))
@@ -998,8 +1059,10 @@ class Session:
         alive: Callable[[], bool],
         limit: float,
         start_limit: float = 30.0,
+        finished: Callable[[str], bool] | None = None,
     ) -> None:
         self.execute, self.interrupt, self.alive = execute, interrupt, alive
+        self.finished = finished
         self.limit, self.start_limit = limit, start_limit
         self.client: Client | None = None
         self.msg_id: str | None = None
@@ -1017,15 +1080,25 @@ class Session:
         try:
             listener.bind(path)
             listener.listen(1)
-            listener.settimeout(self.start_limit)
+            listener.settimeout(0.25)
             self.msg_id = self.execute(probe_source(path, token))
-            try:
-                sock, _ = listener.accept()
-            except TimeoutError:
-                reason = "died" if not self.alive() else "hung"
-                raise KernelLost(
-                    reason, f"the kernel did not start the grader's probe (it {reason})"
-                ) from None
+            deadline = time.monotonic() + self.start_limit
+            while True:
+                try:
+                    sock, _ = listener.accept()
+                    break
+                except TimeoutError:
+                    pass
+                if not self.alive():
+                    raise KernelLost("died", "the kernel died before the grader's probe ran")
+                if self.finished is not None and self.finished(self.msg_id):
+                    self.msg_id = None
+                    raise SandboxError(
+                        "the grader's probe ended without connecting: the notebook broke "
+                        "`attention_course.sandbox` or the import machinery"
+                    )
+                if time.monotonic() > deadline:
+                    raise KernelLost("hung", "the kernel did not start the grader's probe")
         finally:
             listener.close()
             shutil.rmtree(folder, ignore_errors=True)
@@ -1044,6 +1117,21 @@ class Session:
     def __exit__(self, *exc) -> None:
         if self.client is not None:
             self.client.close()
+
+
+def warm_up() -> threading.Thread:
+    """Import the checkers and run one backward pass in a background thread (torch's first
+    backward in a process takes a second or more), while the notebook's cells run."""
+
+    def work() -> None:
+        from . import checks, quiz  # noqa: F401
+
+        x = torch.ones(2, dtype=torch.float64, requires_grad=True)
+        (x * x).sum().backward()
+
+    thread = threading.Thread(target=work, name="attention-course-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def grade_task(client: Client, task: dict, timeout: float) -> dict:

@@ -207,6 +207,13 @@ def test_objects_that_would_run_code_in_the_grader_are_failed_cases(evil_objects
     assert all(pid != str(os.getpid()) for _, pid in log), log
 
 
+def test_breaking_the_graders_probe_is_named_and_scores_nothing():
+    grade = _grade(_fixture("cheat_break_probe"))  # the solved notebook, probe broken
+    assert grade.score == 0
+    for task in grade.tasks:
+        assert task.reason.startswith("not graded: the grader's probe ended"), task.reason
+
+
 # ---------------------------------------------------------------- time limits
 
 
@@ -275,3 +282,66 @@ def test_malformed_values_are_refused():
         with pytest.raises(sandbox.SandboxError):
             client.decode(bad)
     assert client.decode(("tuple", [("v", 1), ("size", [2, 3])])) == (1, torch.Size([2, 3]))
+
+
+def _thread_session(namespace: dict) -> sandbox.Session:
+    """A session whose "kernel" is a thread of this process running the probe on
+    ``namespace``: the protocol without a kernel (for fast tests)."""
+    import threading
+
+    def execute(source: str) -> str:
+        threading.Thread(target=exec, args=(source, namespace), daemon=True).start()
+        return "thread"
+
+    return sandbox.Session(execute, lambda: None, lambda: True, limit=30.0)
+
+
+def test_the_graders_objects_go_to_the_candidate_and_changes_come_back():
+    source = (
+        "import torch\n"
+        "def find(model, ids):\n"
+        "    with torch.no_grad():\n"
+        "        model.weight.zero_()\n"
+        "    return tuple(model(ids).shape), type(model).__name__\n"
+    )
+    namespace: dict = {}
+    exec(source, namespace)
+    model = torch.nn.Linear(3, 2)
+    with _thread_session(namespace) as client:
+        find, module = client.lookup("find")
+        assert isinstance(find, sandbox.RemoteFunction) and module == ""
+        assert find(model, torch.ones(4, 3)) == ((4, 2), "Linear")
+    assert bool((model.weight == 0).all())  # the candidate's in-place change is seen
+
+
+def test_a_module_class_checked_through_the_proxies_in_a_thread():
+    """The LayerNorm checker (modules, parameters, gradients, a forbidden built-in) gives
+    the same report on the proxy of a class as on the class itself."""
+    from attention_course.checks import check_layer_norm
+
+    source = (
+        "import torch\n"
+        "from torch import nn\n"
+        "class LayerNorm(nn.Module):\n"
+        "    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):\n"
+        "        super().__init__()\n"
+        "        self.shape = (normalized_shape,) if isinstance(normalized_shape, int) "
+        "else tuple(normalized_shape)\n"
+        "        self.eps = eps\n"
+        "        if elementwise_affine:\n"
+        "            self.weight = nn.Parameter(torch.ones(self.shape))\n"
+        "            self.bias = nn.Parameter(torch.zeros(self.shape))\n"
+        "        else:\n"
+        "            self.weight = self.bias = None\n"
+        "    def forward(self, x):\n"
+        "        return nn.functional.layer_norm(x, self.shape, self.weight, self.bias, self.eps)\n"
+    )
+    namespace: dict = {}
+    exec(source, namespace)
+    expected = check_layer_norm(namespace["LayerNorm"]).to_dict()
+    with _thread_session(namespace) as client:
+        proxy, _ = client.lookup("LayerNorm")
+        assert isinstance(proxy, type) and issubclass(proxy, torch.nn.Module)
+        got = check_layer_norm(proxy).to_dict()
+    assert got == expected
+    assert "do not call the built-in `F.layer_norm`" in str(got)

@@ -193,8 +193,10 @@ class _Server:
             return self.tensor(value, graph)
         if value is None or type(value) in (bool, int, float, str):
             return ("v", value)
-        if isinstance(value, (torch.dtype, torch.device)):
-            return ("v", str(value))  # as text: the grader makes no torch object from it
+        if isinstance(value, torch.dtype):
+            return ("dtype", str(value))
+        if isinstance(value, torch.device):
+            return ("device", str(value))
         if isinstance(value, torch.Size):
             return ("size", [int(s) for s in value])
         if type(value).__module__ == "numpy" and hasattr(value, "dtype"):
@@ -624,6 +626,12 @@ class Client:
             return self._tensor(value, graph)
         elif tag == "size" and len(value) == 2:
             return torch.Size([int(s) for s in value[1]])
+        elif tag == "dtype" and len(value) == 2 and isinstance(value[1], str):
+            dtype = getattr(torch, value[1].removeprefix("torch."), None)
+            if isinstance(dtype, torch.dtype):
+                return dtype
+        elif tag == "device" and len(value) == 2 and isinstance(value[1], str):
+            return torch.device(value[1])
         elif tag == "np" and len(value) == 4 and type(value[1]) is torch.Tensor:
             import numpy as np
 

@@ -282,6 +282,9 @@ def test_malformed_values_are_refused():
         with pytest.raises(sandbox.SandboxError):
             client.decode(bad)
     assert client.decode(("tuple", [("v", 1), ("size", [2, 3])])) == (1, torch.Size([2, 3]))
+    assert client.decode(("dtype", "torch.float64")) is torch.float64
+    with pytest.raises(sandbox.SandboxError):
+        client.decode(("dtype", "manual_seed"))  # a name of torch that is not a dtype
 
 
 def _thread_session(namespace: dict) -> sandbox.Session:
@@ -345,3 +348,41 @@ def test_a_module_class_checked_through_the_proxies_in_a_thread():
         got = check_layer_norm(proxy).to_dict()
     assert got == expected
     assert "do not call the built-in `F.layer_norm`" in str(got)
+
+
+WRONG_KINDS = {
+    "an instance instead of the class": (
+        "check_multi_head_attention",
+        "from attention_course import MultiHeadAttention as M\nMultiHeadAttention = M(8, 2)\n",
+    ),
+    "a class that is not a module": (
+        "check_multi_head_attention",
+        "class MultiHeadAttention:\n    pass\n",
+    ),
+    "a number instead of a function": ("check_soft_argmax", "soft_argmax = 3\n"),
+    "a class instead of a function": (
+        "check_soft_argmax",
+        "import torch\nclass soft_argmax(torch.nn.Module):\n    pass\n",
+    ),
+    "a function that raises ValueError": (
+        "check_soft_argmax",
+        "def soft_argmax(x, dim=-1):\n    raise ValueError('no')\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(WRONG_KINDS))
+def test_wrong_kinds_of_candidate_get_the_same_message(kind):
+    from attention_course import checks
+
+    checker_name, source = WRONG_KINDS[kind]
+    checker = getattr(checks, checker_name)
+    namespace: dict = {}
+    exec(source, namespace)
+    target = checker_name.removeprefix("check_")
+    name = "MultiHeadAttention" if "multi_head" in target else target
+    expected = checker(namespace[name], timeout=5).to_dict()
+    with _thread_session(namespace) as client:
+        proxy, _ = client.lookup(name)
+        got = checker(proxy, timeout=5).to_dict()
+    assert got == expected

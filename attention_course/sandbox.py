@@ -19,9 +19,11 @@ the same checkers, in its own process, on *proxies* of the student's objects:
   every attribute and call. Plain values (numbers, text, tuples, tensors) cross *by
   value*.
 
-Everything the kernel sends back is read with ``torch.load(..., weights_only=True)``,
-which builds only tensors and plain containers, then checked against the protocol's
-tags: nothing of the student's is ever unpickled, called or compared in the grader.
+Every message is JSON plus the raw bytes of its tensors (:func:`_send`, :func:`_recv`):
+reading one builds only tuples, lists, dicts, numbers, text and plain tensors, then the
+grader checks them against the protocol's tags. Nothing of the student's is ever
+unpickled, called or compared in the grader (the grader's own objects may go to the
+kernel pickled: that direction is safe).
 Inputs, reference outputs, comparisons and diagnoses stay in the grader.
 
 What crosses the boundary, so that the checkers see what they would see in-process:
@@ -50,8 +52,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import inspect
-import io
 import itertools
+import json
 import os
 import socket
 import struct
@@ -90,11 +92,64 @@ class KernelLost(Exception):
 # ---------------------------------------------------------------- the wire
 
 
+def _pack(obj: object, buffers: list):
+    """``obj`` as JSON-ready data; each tensor's bytes go to ``buffers``. Tuples stay JSON
+    arrays; lists, dicts and tensors become one-key objects ("l", "d", "t")."""
+    if obj is None or type(obj) in (bool, int, float, str):
+        return obj
+    if type(obj) is tuple:
+        return [_pack(v, buffers) for v in obj]
+    if type(obj) is list:
+        return {"l": [_pack(v, buffers) for v in obj]}
+    if type(obj) is dict:
+        return {"d": [[_pack(k, buffers), _pack(v, buffers)] for k, v in obj.items()]}
+    if type(obj) in (torch.Tensor, nn.Parameter):
+        t = obj.detach()
+        head = {"t": len(buffers), "dtype": str(t.dtype), "shape": list(t.shape)}
+        head["device"] = str(t.device)
+        if t.device.type == "meta":
+            buffers.append(b"")
+        else:
+            flat = t.cpu().resolve_conj().resolve_neg().contiguous().reshape(-1)
+            buffers.append(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+        return head
+    raise TypeError(f"cannot send a {type(obj).__name__}")
+
+
+def _unpack(obj, buffers: list):
+    """The inverse of :func:`_pack`: builds only tuples, lists, dicts, plain values and
+    plain tensors."""
+    if obj is None or type(obj) in (bool, int, float, str):
+        return obj
+    if type(obj) is list:
+        return tuple(_unpack(v, buffers) for v in obj)
+    if type(obj) is dict and len(obj) in (1, 4):
+        if "l" in obj and type(obj["l"]) is list:
+            return [_unpack(v, buffers) for v in obj["l"]]
+        if "d" in obj and type(obj["d"]) is list:
+            return {_unpack(k, buffers): _unpack(v, buffers) for k, v in obj["d"]}
+        if "t" in obj:
+            dtype = getattr(torch, str(obj["dtype"]).removeprefix("torch."), None)
+            if not isinstance(dtype, torch.dtype):
+                raise SandboxError("a tensor of an unknown dtype")
+            shape = [int(n) for n in obj["shape"]]
+            device = torch.device(str(obj["device"]))
+            data = buffers[int(obj["t"])]
+            if device.type == "meta":
+                return torch.empty(shape, dtype=dtype, device="meta")
+            if not data:
+                return torch.empty(shape, dtype=dtype).to(device)
+            flat = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype)
+            return flat.reshape(shape).to(device)
+    raise SandboxError("a malformed message")
+
+
 def _send(sock: socket.socket, obj: object) -> None:
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    data = buffer.getvalue()
-    sock.sendall(struct.pack("!Q", len(data)) + data)
+    buffers: list = []
+    head = json.dumps(_pack(obj, buffers)).encode()
+    parts = [head, *buffers]
+    frame = struct.pack(f"!{1 + len(parts)}Q", len(parts), *(len(p) for p in parts))
+    sock.sendall(frame + b"".join(parts))
 
 
 def _read_exact(sock: socket.socket, size: int) -> bytes:
@@ -109,13 +164,16 @@ def _read_exact(sock: socket.socket, size: int) -> bytes:
 
 
 def _recv(sock: socket.socket) -> object:
-    (size,) = struct.unpack("!Q", _read_exact(sock, 8))
-    if size > MAX_MESSAGE:
-        raise SandboxError(f"a reply of {size} bytes is over the limit")
-    data = _read_exact(sock, size)
-    # weights_only: tensors, numbers, text, tuples, lists and dicts only; never a class of
-    # the student's, never code.
-    return torch.load(io.BytesIO(data), weights_only=True)
+    """One message: JSON and raw tensor bytes, read as data only (never unpickled: nothing
+    of the sender's can run here)."""
+    (count,) = struct.unpack("!Q", _read_exact(sock, 8))
+    if not 1 <= count <= MAX_ITEMS:
+        raise SandboxError(f"a message of {count} parts")
+    sizes = struct.unpack(f"!{count}Q", _read_exact(sock, 8 * count))
+    if sum(sizes) > MAX_MESSAGE:
+        raise SandboxError(f"a message of {sum(sizes)} bytes is over the limit")
+    head, *buffers = [_read_exact(sock, size) for size in sizes]
+    return _unpack(json.loads(head.decode()), buffers)
 
 
 # ================================================================ kernel side

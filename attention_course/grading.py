@@ -10,14 +10,19 @@
    skipped: the grader runs the checks itself, so deleting or editing a check cell
    changes nothing.
 2. For every task listed in the notebook's metadata (``metadata.attention_course.tasks``,
-   written by the solved twin and kept by ``attention-course release``), the grader looks
-   up the task's name (``soft_argmax``, ``MultiHeadAttention``, ``chosen_beta``...) in
-   the kernel's namespace and runs its checker, or its quiz check, in that same kernel.
+   written by the solved twin and kept by ``attention-course release``), the grader runs
+   the task's checker, or its quiz check, **in its own process**, on a proxy of the
+   student's object (:mod:`attention_course.sandbox`): the kernel only evaluates the
+   student's code on the inputs it is sent and returns the results as data. Nothing the
+   notebook patches (the checkers, ``torch.allclose``, ``Tensor.__eq__``, the report,
+   printed lines) can change a score, and the checkers and their messages are the ones
+   the check cells show.
 3. Each task scores ``points x report.score``. What could not run scores zero, with the
    reason: not defined (and why: the cell that defines it raised, or timed out, or was
    deleted, or killed the kernel), the reference imported instead of the student's own
-   code, a check that ran over its time limit, a kernel that died during the check.
-   A solution that calls the reference or the built-in that is the answer scores 0
+   code, a check that ran over its time limit (the call is interrupted), a kernel that
+   died during the check or did not come back after an interrupt. A solution that
+   calls the reference or the built-in that is the answer scores 0
    (`attention_course.cheats`; ``--allow-builtins`` makes a built-in a note).
 4. The table shows, for each task that lost points, the first failing case with its
    whole message: the first line on the task's row, then the lines that name the
@@ -57,8 +62,7 @@ if TYPE_CHECKING:  # nbformat and nbclient come with the `dev` extra; imported w
     from nbformat import NotebookNode
 
 DEFAULT_TIMEOUT = 60.0
-CHECK_TIMEOUT = 10.0  # each checker case's own time limit, inside the kernel
-MARKER = "@@attention-course-grade@@"
+CHECK_TIMEOUT = 10.0  # each checker case's own time limit
 MAX_RESTARTS = 3  # kernels restarted after a crash, per submission
 TABLE_WIDTH = 100  # the score table wraps messages to this many characters
 
@@ -223,43 +227,89 @@ def _checker_names() -> set[str]:
     return {c.check.__name__ for c in REGISTRY}
 
 
-# ---------------------------------------------------------------- inside the kernel
+# ---------------------------------------------------------------- the checks, out of reach
 
 
-def _grade_in_kernel(namespace: dict, task: dict, timeout: float = CHECK_TIMEOUT) -> None:
-    """Run one task's check on the kernel's namespace; print the result after MARKER.
+def _kernel_hooks(runner: _Runner):
+    """(execute, interrupt, alive, wait) for :class:`sandbox.Session` on the runner's kernel."""
+    import os
+    import signal
 
-    Called by the grader in the submission's own kernel, never by students.
+    client = runner.client
+
+    def process():
+        return getattr(getattr(client.km, "provisioner", None), "process", None)
+
+    def execute(source: str) -> str:
+        return client.kc.execute(source, store_history=False, allow_stdin=False)
+
+    def interrupt() -> None:
+        proc = process()
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGINT)
+
+    def alive() -> bool:
+        proc = process()
+        return proc is None or proc.poll() is None
+
+    def wait(msg_id: str, limit: float) -> bool:
+        """Wait up to ``limit`` seconds for the probe cell's reply; True when it came."""
+        import queue
+        import time
+
+        from jupyter_core.utils import run_sync
+
+        async def reply() -> bool:
+            deadline = time.monotonic() + limit
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    msg = await client.kc.shell_channel.get_msg(timeout=left)
+                except queue.Empty:
+                    return False
+                if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                    return True
+            return False
+
+        return run_sync(reply)()
+
+    return execute, interrupt, alive, wait
+
+
+def _grade_task(runner: _Runner, task: dict, check_timeout: float) -> dict:
+    """Grade one task: the checker runs here, on proxies of the kernel's objects.
+
+    Returns the result ``_fill`` reads; raises :class:`sandbox.KernelLost` when the
+    kernel died or did not come back from an interrupt.
     """
-    result: dict = {"status": "graded"}
-    name = task["name"]
-    if name not in namespace:
-        result = {"status": "missing"}
-    else:
-        candidate = namespace[name]
-        module = getattr(candidate, "__module__", None) or ""
-        if module.split(".")[0] == "attention_course":
-            result = {"status": "reference", "module": module}
-        else:
-            try:
-                if task["kind"] == "quiz":
-                    from .quiz import check_quiz
+    from . import sandbox
 
-                    report = check_quiz(task["question"], candidate, timeout=timeout)
-                else:
-                    from . import checks
-                    from .cheats import watch_calls
-
-                    check = getattr(checks, task["checker"])
-                    builtins = getattr(check, "answer_builtins", ())
-                    with watch_calls(builtins, task.get("allowed", ())) as called:
-                        report = check(candidate, timeout=timeout)
-                    result["called"] = list(called)
-                result["report"] = report.to_dict()
-            except Exception as error:  # noqa: BLE001 - a grader bug must not stop grading
-                result = {"status": "crashed", "error": f"{type(error).__name__}: {error}"}
-    sys.stdout.write(MARKER + json.dumps(result) + "\n")
-    sys.stdout.flush()
+    execute, interrupt, alive, wait = _kernel_hooks(runner)
+    # each remote call may take a little longer than its case, so that the case's own
+    # time limit speaks first ("ran over the time limit of ... s")
+    session = sandbox.Session(
+        execute,
+        interrupt,
+        alive,
+        limit=check_timeout + 1.0,
+        finished=lambda msg_id: wait(msg_id, 0.05),
+    )
+    try:
+        with session as client:
+            result = sandbox.grade_task(client, task, check_timeout)
+    except sandbox.KernelLost:
+        raise
+    except sandbox.SandboxError as error:  # the notebook broke the grader's probe
+        result = {"status": "sabotaged", "error": str(error)}
+    except Exception as error:  # noqa: BLE001 - a grader bug must not stop grading
+        result = {"status": "crashed", "error": f"{type(error).__name__}: {error}"}
+    if session.msg_id is not None and alive():
+        if not wait(session.msg_id, sandbox.INTERRUPT_GRACE * 2):
+            interrupt()
+            if not wait(session.msg_id, sandbox.INTERRUPT_GRACE):
+                raise sandbox.KernelLost("hung", "the kernel did not come back after an interrupt")
+    if not alive():
+        raise sandbox.KernelLost("died", "the kernel died")
+    return result
 
 
 # ---------------------------------------------------------------- the run
@@ -409,15 +459,6 @@ def nbformat_new_cell(source: str) -> NotebookNode:
     return nbformat.v4.new_code_cell(source)
 
 
-def _kernel_result(cell: NotebookNode) -> dict | None:
-    for output in cell.get("outputs", []):
-        text = output.get("text", "") if output.get("output_type") == "stream" else ""
-        for line in text.splitlines():
-            if line.startswith(MARKER):
-                return json.loads(line[len(MARKER) :])
-    return None
-
-
 def grade_notebook(
     path: str | Path,
     *,
@@ -456,6 +497,9 @@ def grade_notebook(
     ]
     runner = _Runner(nb, path.parent.resolve(), timeout, kernel_name, memory_limit)
     died: list[int] = []  # the cells that killed the kernel, in order
+    from .sandbox import KernelLost, warm_up
+
+    warming = warm_up()  # the checkers run in this process: ready them while cells run
     runner.start()
     try:
         for index, cell in enumerate(nb.cells):
@@ -495,33 +539,25 @@ def grade_notebook(
         if runner.restarts > MAX_RESTARTS:
             runner.restart()  # the tasks are still graded, on what ran
 
-        # A generous limit for the checks themselves: each checker case has its own
-        # `check_timeout`, and a case that overruns stops the rest of its checker.
-        grading_limit = max(timeout, 6 * check_timeout + 30)
+        warming.join()
         for task, grade in zip(tasks, grades, strict=True):
             task = {**task, "allowed": allowed_names(nb, task)}
-            # Imports through __import__, so names the notebook rebound cannot interfere.
-            source = (
-                "__import__('attention_course.grading', fromlist=['_'])._grade_in_kernel("
-                f"globals(), __import__('json').loads({json.dumps(task)!r}), {check_timeout!r})"
-            )
-            probe = nbformat.v4.new_code_cell(source)
-            nb.cells.append(probe)  # nbclient stores the executed cell back into the notebook
             try:
-                status, error = runner.run(probe, len(nb.cells) - 1, grading_limit, history=False)
-            except DeadKernelError:
-                how = runner.how_it_died()
-                grade.reason = "not graded: the kernel died while running its check" + (
-                    f" ({how})" if how else ""
-                )
-                nb.cells.pop()
-                runner.restart()  # a kernel that dies in a check costs that task only
+                result = _grade_task(runner, task, check_timeout)
+            except KernelLost as error:
+                if error.reason == "died":
+                    how = runner.how_it_died()
+                    grade.reason = "not graded: the kernel died while running its check" + (
+                        f" ({how})" if how else ""
+                    )
+                else:
+                    grade.reason = (
+                        "the check did not finish: ran over the time limit and the kernel "
+                        "did not come back after an interrupt"
+                    )
+                runner.restart()  # a kernel lost in a check costs that task only
                 continue
-            nb.cells.pop()
-            if status == "timeout" and not runner.responsive():
-                runner.restart()
-            result = _kernel_result(probe)
-            _fill(grade, task, status, error, result, nb, cell_index, runs)
+            _fill(grade, task, "ok", "", result, nb, cell_index, runs)
             _apply_findings(grade, findings.get(grade.id, []), result, allow_builtins)
             _blame_dead_cells(grade, needs.get(grade.id, set()), died, runs)
     finally:
@@ -559,6 +595,9 @@ def _fill(
             f"`{grade.name}` is the reference imported from {result['module']}, "
             "not the notebook's own code"
         )
+        return
+    if result["status"] == "sabotaged":
+        grade.reason = f"not graded: {result['error']}"
         return
     if result["status"] == "crashed":
         grade.reason = f"the grader failed on this task (please report it): {result['error']}"

@@ -55,6 +55,19 @@ CONCEPTS: dict[str, str] = {
     "itself where token t sees tokens 0..t only.",
     "attention_rollout": "Attention rollout multiplies, layer by layer, the attention matrices "
     "with the identity added for the residual path and rows renormalised.",
+    "apply_rope": "RoPE rotates each feature pair (i, i + Dh/2) of a query or key at position "
+    "p by the angle p * base^(-2i/Dh), so that a query-key score depends only on the offset.",
+    "alibi_slopes": "ALiBi gives head h the slope 2^(-8(h+1)/H) for H a power of 2; otherwise "
+    "the slopes of the nearest smaller power of 2, then every other slope of the next one.",
+    "repeat_kv": "Grouped-query attention shares each key/value head among n_rep neighbouring "
+    "query heads: output head h is input head h // n_rep (repeat_interleave along the heads).",
+    "sliding_window_mask": "A sliding window lets token i see itself and the window - 1 tokens "
+    "before it: True where 0 <= i - j < window.",
+    "rms_norm": "RMSNorm divides each vector by the root of its mean square over the trailing "
+    "normalized_shape axes, with eps inside the root, and multiplies by a gain; no mean is "
+    "subtracted and there is no bias.",
+    "swiglu": "SwiGLU multiplies a SiLU-gated projection w1(x) with a linear one w3(x) and "
+    "projects back with w2: w2(silu(w1(x)) * w3(x)).",
 }
 
 # Mistakes with hand-written tiers: (a regular expression on the named mistake,

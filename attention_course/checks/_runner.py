@@ -121,7 +121,10 @@ def describe_exception(error: BaseException, what: str) -> str:
     text = str(error).strip().splitlines()
     first = text[0] if text else ""
     message = f"{what} raised {type(error).__name__}" + (f": {first}" if first else "")
-    frame = _student_frame(error.__traceback__)
+    if hasattr(error, "remote_frame"):  # raised in the student's kernel (grading sandbox)
+        frame = error.remote_frame
+    else:
+        frame = _student_frame(error.__traceback__)
     if frame is not None and frame.line:
         message += f"\nat line {frame.lineno} in {frame.name}: {frame.line.strip()}"
     for needle, hint in _ERROR_HINTS:

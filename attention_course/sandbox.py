@@ -227,6 +227,14 @@ class _Server:
             kind, info = "function", {}
         else:
             kind, info = "object", {}
+        if kind == "module":
+            # the torch.nn class it is (nn.Linear, nn.Embedding...), so that the grader's
+            # stand-in answers ``isinstance(x, nn.Linear)`` as the real object would
+            for base in type(obj).__mro__:
+                where = str(getattr(base, "__module__", ""))
+                if base is not nn.Module and where.startswith("torch.nn.modules."):
+                    info["torch_class"] = f"{where}.{base.__qualname__}"
+                    break
         named = obj if isinstance(obj, type) or kind == "function" else type(obj)
         info.update(
             kind=kind,
@@ -779,10 +787,14 @@ class Client:
             proxy = RemoteFunction(self, key, name, str(info.get("qualname") or name))
         else:
             base = RemoteModule if kind == "module" else RemoteObject
-            cls = self.classes.get((base, name))
+            torch_class = _torch_module_class(info.get("torch_class")) if kind == "module" else None
+            cls = self.classes.get((base, name, torch_class))
             if cls is None:
-                cls = type(name, (base,), {"__module__": "__main__"})
-                self.classes[(base, name)] = cls
+                body: dict = {"__module__": "__main__"}
+                if torch_class is not None:  # isinstance(x, nn.Linear) reads __class__
+                    body["__class__"] = property(lambda self, _cls=torch_class: _cls)
+                cls = type(name, (base,), body)
+                self.classes[(base, name, torch_class)] = cls
             proxy = object.__new__(cls)
             object.__setattr__(proxy, "_rm", (self, key))
         self.proxies[key] = proxy
@@ -1054,6 +1066,20 @@ _LOCAL = frozenset(
         "__getattr__",
     }
 )
+
+
+def _torch_module_class(path: object) -> type | None:
+    """The ``torch.nn`` module class named by ``path`` (from the kernel), or None."""
+    if not isinstance(path, str) or not path.startswith("torch.nn.modules."):
+        return None
+    import importlib
+
+    module, _, name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+    return cls if isinstance(cls, type) and issubclass(cls, nn.Module) else None
 
 
 class RemoteObject:

@@ -327,6 +327,39 @@ def test_the_graders_objects_go_to_the_candidate_and_changes_come_back():
     assert bool((model.weight == 0).all())  # the candidate's in-place change is seen
 
 
+def test_a_torch_submodule_is_an_instance_of_its_class_through_the_proxy():
+    """``isinstance(student.w1, nn.Linear)`` holds through the stand-in (the SwiGLU checker
+    asks it), and a student's own module class is not taken for a torch one."""
+    from attention_course.checks import check_swiglu
+
+    source = (
+        "import torch\n"
+        "from torch import nn\n"
+        "class Gate(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x\n"
+        "class SwiGLU(nn.Module):\n"
+        "    def __init__(self, d_model, d_ff, bias=False):\n"
+        "        super().__init__()\n"
+        "        self.w1 = nn.Linear(d_model, d_ff, bias=bias)\n"
+        "        self.w3 = nn.Linear(d_model, d_ff, bias=bias)\n"
+        "        self.w2 = nn.Linear(d_ff, d_model, bias=bias)\n"
+        "        self.gate = Gate()\n"
+        "    def forward(self, x):\n"
+        "        return self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))\n"
+    )
+    namespace: dict = {}
+    exec(source, namespace)
+    with _thread_session(namespace) as client:
+        cls, _ = client.lookup("SwiGLU")
+        module = cls(4, 6)
+        assert isinstance(module.w1, torch.nn.Linear)
+        assert not isinstance(module.gate, torch.nn.Linear)
+        assert isinstance(module.gate, torch.nn.Module)
+        report = check_swiglu(cls)
+    assert report.passed, str(report)
+
+
 def test_a_module_class_checked_through_the_proxies_in_a_thread():
     """The LayerNorm checker (modules, parameters, gradients, a forbidden built-in) gives
     the same report on the proxy of a class as on the class itself."""

@@ -80,6 +80,18 @@ REQUIRED_MODES: dict[str, set[str]] = {
     | {"causality", "T=1", "odd T", "H=1", "B>1"},
     "attention_rollout": _GRAD
     | {"L=1", "L>1", "H differs between layers", "causal", "B>1", "T=1", "dtype=float32"},
+    # chapter 17 (H17)
+    "induction_scores": {
+        "perfect",
+        "uniform",
+        "random",
+        "B>1",
+        "odd T",
+        "dtype=float32",
+        "period=1",
+    },
+    "find_induction_head": {"trained", "permuted", "period"},
+    "ablation_effect": {"induction head", "previous-token head", "permuted"},
 }
 
 EXEMPT: dict[tuple[str, str], str] = {

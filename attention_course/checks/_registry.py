@@ -13,7 +13,12 @@ from .attention import (
 )
 from .ffn import check_positionwise_feed_forward
 from .gpt import check_causal_self_attention
-from .interpret import check_attention_rollout
+from .interpret import (
+    check_ablation_effect,
+    check_attention_rollout,
+    check_find_induction_head,
+    check_induction_scores,
+)
 from .masking import check_causal_mask, check_padding_mask
 from .multihead import check_merge_heads, check_multi_head_attention, check_split_heads
 from .norms import check_batch_norm, check_layer_norm
@@ -43,7 +48,12 @@ _BY_EXERCISE: dict[str | None, tuple[Callable, ...]] = {
     "09_positional_encoding": (check_sinusoidal_positional_encoding,),
     "10_transformer": (check_encoder_layer, check_decoder_layer),
     "13_decoder_only": (check_filter_logits, check_causal_self_attention),
-    None: (check_attention_rollout,),  # chapter 17; no exercise notebook yet
+    "17_induction_heads": (
+        check_attention_rollout,
+        check_induction_scores,
+        check_find_induction_head,
+        check_ablation_effect,
+    ),
 }
 
 REGISTRY: tuple[Checker, ...] = tuple(

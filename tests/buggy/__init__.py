@@ -41,6 +41,10 @@ REFERENCES = {
     "filter_logits": ac.filter_logits,
     "causal_self_attention": ac.CausalSelfAttention,
     "attention_rollout": ac.attention_rollout,
+    # chapter 17 (H17)
+    "induction_scores": ac.induction_scores,
+    "find_induction_head": ac.interpret.find_induction_head,
+    "ablation_effect": ac.interpret.ablation_effect,
 }
 
 CATALOGUE = [

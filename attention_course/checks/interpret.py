@@ -435,8 +435,8 @@ def _find_case(candidate, variant: str, period: int):
         what = f"find_induction_head(model, ids, period={period})"
         got = _as_layer_head(call_student(candidate, model, ids, period, what=what), what)
         _expect_unchanged(model, before, what)
-        if got == expected:
-            return f"layer {got[0]}, head {got[1]}"
+        if got == expected:  # no numbers in the message: they come from a training run
+            return None
         L, H = model.num_layers, model.num_heads
         induction = _scores(model, ids, period, period - 1)
         previous = _scores(model, ids, period, 1)
@@ -589,7 +589,7 @@ def _ablation_case(candidate, variant: str, which: str):
         except (TypeError, ValueError, RuntimeError):
             raise CaseFailed(f"{what} returned {got!r}: expected a number (nats)") from None
         if abs(value - expected) <= 1e-3 + 1e-3 * abs(expected):
-            return f"{value:.3f} nats"
+            return None
         message = f"{what} returned {value:.4f}, expected {expected:.4f} nats"
         model.load_state_dict(before)
         for why, wrong in _ablation_mistakes(model, ids, _PERIOD, layer, head):
@@ -625,12 +625,12 @@ def check_ablation_effect(candidate) -> list[Case]:
             covers=frozenset({"permuted"}),
         ),
         Case(
-            "ablating layer 1, head 3 (another induction-like head)",
+            "ablating layer 1, head 3",
             _ablation_case(candidate, "trained", "1,3"),
             covers=frozenset({"other head"}),
         ),
         Case(
-            "ablating layer 0, head 2 (a head that matters little)",
+            "ablating layer 0, head 2",
             _ablation_case(candidate, "trained", "0,2"),
             covers=frozenset({"other head"}),
         ),

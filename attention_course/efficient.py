@@ -97,6 +97,14 @@ class AttentionCache:
     def values(self) -> torch.Tensor | None:
         return None if self._values is None else self._values[:, :, : self.length]
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the key and value buffers: their allocated capacity (chapter 15),
+        which can exceed the ``length`` filled positions (the buffers grow by doubling)."""
+        if self._keys is None:
+            return 0
+        return sum(b.numel() * b.element_size() for b in (self._keys, self._values))
+
     def update(self, keys: torch.Tensor, values: torch.Tensor):
         """Store the new positions' keys and values after the cached ones; return all of them.
 
@@ -188,6 +196,11 @@ class KVCache:
     def length(self) -> int:
         """The number of target positions cached so far (the position of the next token)."""
         return self.layers[0].length if self.layers else 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by every layer's key and value buffers (allocated, chapter 15)."""
+        return sum(layer.self_attn.nbytes + layer.cross_attn.nbytes for layer in self.layers)
 
     def begin_step(self, num_layers: int, memory_mask, dtype, keep: torch.Tensor | None):
         """Update the cache's bookkeeping before a decoding step; return the target keep mask.

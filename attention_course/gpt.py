@@ -234,14 +234,27 @@ class GPT(nn.Module):
     - ``tie_weights`` (weight tying, 权重共享; Press & Wolf, 2017, "Using the Output
       Embedding to Improve Language Models"): ``head.weight`` *is* ``tok_emb.weight``
       (one Parameter, ``V * D`` fewer parameters), as in GPT-2.
-    - Embeddings are not multiplied by ``sqrt(d_model)`` (GPT-2 does not).
+    - Embeddings are not multiplied by ``sqrt(d_model)`` (GPT-2 does not), except with
+      ``pos="sinusoidal"``, which follows Vaswani et al. (2017, "Attention Is All You
+      Need", arXiv:1706.03762, §3.4: embeddings multiplied by ``sqrt(d_model)``): token
+      embeddings ~ N(0, d_model^-1/2) (the paper does not state an initialisation; this
+      is fairseq's Transformer's) multiplied by ``sqrt(d_model)`` before the fixed
+      table is added. Why: the table's entries lie in [-1, 1] (rms about 0.71) and are
+      not trained, so GPT-2's unscaled N(0, 0.02) token embeddings would start about 35
+      times smaller than the positions they are added to; scaled, both have unit-order
+      rms. With tied weights the head then shares these larger embeddings, and the
+      untrained model favours repeating the current token: its loss on random targets
+      starts well above ``log V`` (about 6.9 nats for V = 103, d_model = 64, against
+      ``log V`` = 4.6). "learned", "rope", "alibi" and "none" keep GPT-2's convention
+      (their initial values and random draws are unchanged).
     - ``norm="layer"`` uses ``torch.nn.LayerNorm``: the course's
       :class:`~attention_course.LayerNorm` computes the same (chapter 7's tests), but
       PyTorch's fused kernel trains faster, which the checkpoint's time budget needs.
-    - Initialisation (GPT-2's): every linear and embedding weight ~ N(0, 0.02),
+    - Initialisation (GPT-2's): every linear and embedding weight ~ N(0, 0.02)
+      (the token embedding's std is d_model^-1/2 with ``pos="sinusoidal"``, above),
       biases 0, LayerNorms (1, 0); the projections that write into the residual stream
       (``attn.w_o`` and ``ffn.linear2``) ~ N(0, 0.02 / sqrt(2 * num_layers)). The
-      untrained model's loss is then close to ``log V``.
+      untrained model's loss is then close to ``log V`` (not with "sinusoidal", above).
     - The feed-forward ``"gelu"`` is the exact (erf) GELU, as ``F.gelu`` and
       ``nn.TransformerEncoderLayer(activation="gelu")``; GPT-2 uses the tanh
       approximation.
@@ -384,7 +397,8 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """GPT-2's initialisation (see the class docstring)."""
+        """GPT-2's initialisation; Vaswani et al.'s token embeddings for "sinusoidal"
+        (see the class docstring)."""
         residual_std = 0.02 / math.sqrt(2 * self.num_layers)
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -396,6 +410,8 @@ class GPT(nn.Module):
                 nn.init.zeros_(module.bias)
             elif isinstance(module, RMSNorm) and module.weight is not None:
                 nn.init.ones_(module.weight)
+        if self.pos == "sinusoidal":  # Vaswani et al. (2017, §3.4); same draws, rescaled
+            self.tok_emb.weight.mul_(self.d_model**-0.5 / 0.02)
         for block in self.blocks:
             nn.init.normal_(block.attn.w_o.weight, 0.0, residual_std)
             if block.ffn is None:  # attention-only
@@ -425,6 +441,8 @@ class GPT(nn.Module):
         check_token_ids("ids", ids, self.vocab_size, limit)
         T = ids.shape[1]
         x = self.tok_emb(ids)  # (B, T) -> (B, T, D)
+        if self.pos == "sinusoidal":  # Vaswani et al. (2017, §3.4): unit-order, like the table
+            x = x * math.sqrt(self.d_model)
         if self.pos == "learned":
             positions = torch.arange(start, start + T, device=ids.device)  # (T,)
             x = x + self.pos_emb(positions)  # (B, T, D) + (T, D)

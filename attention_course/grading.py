@@ -1,6 +1,8 @@
 """Grade a submitted exercise notebook from the command line.
 
-``attention-course grade SUBMISSION.ipynb [--json] [--timeout SECONDS]``
+``attention-course grade SUBMISSION.ipynb [--json] [--timeout SECONDS]``, or for a class
+``attention-course grade DIR_OR_FILES... [--jobs N] [--csv FILE] [--junit FILE] [--json]``
+(`attention_course.gradebook`).
 
 1. The notebook runs top to bottom in a fresh ``python3`` kernel (nbclient), each cell
    under a time limit. A cell that raises or runs over its limit is recorded and the run
@@ -13,13 +15,18 @@
    the kernel's namespace and runs its checker, or its quiz check, in that same kernel.
 3. Each task scores ``points x report.score``. What could not run scores zero, with the
    reason: not defined (and why: the cell that defines it raised, or timed out, or was
-   deleted), the reference imported instead of the student's own code, a check that ran
-   over its time limit, a kernel that died.
+   deleted, or killed the kernel), the reference imported instead of the student's own
+   code, a check that ran over its time limit, a kernel that died during the check.
+   A solution that calls the reference or the built-in that is the answer scores 0
+   (`attention_course.cheats`; ``--allow-builtins`` makes a built-in a note).
 4. The table shows, for each task that lost points, the first failing case with its
    whole message: the first line on the task's row, then the lines that name the
    mistake ("Likely mistake: ...", "Hint: ...") or the line of code that raised,
    wrapped under it. ``--json`` gives the same text as the task's ``reason``, and every
    case's message in the task's ``report``.
+5. A cell that kills the kernel (or loops in compiled code past its limit) is marked
+   ``died``; a fresh kernel replays the cells that had run and the run goes on, so a
+   crash costs only what depends on it. Kernels run under ``--memory-limit``.
 
 The exit status is 0 only when every task passes. ``--json`` prints a JSON document for
 a learning-management system instead of the table.
@@ -37,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ._kernel import DEFAULT_MEMORY_LIMIT, grader_kernel_manager, parse_size
 from .notebooks import (
     KERNEL_NAME,
     add_timeout_argument,
@@ -51,6 +59,7 @@ if TYPE_CHECKING:  # nbformat and nbclient come with the `dev` extra; imported w
 DEFAULT_TIMEOUT = 60.0
 CHECK_TIMEOUT = 10.0  # each checker case's own time limit, inside the kernel
 MARKER = "@@attention-course-grade@@"
+MAX_RESTARTS = 3  # kernels restarted after a crash, per submission
 TABLE_WIDTH = 100  # the score table wraps messages to this many characters
 
 
@@ -60,7 +69,7 @@ class CellRun:
 
     index: int
     id: str
-    status: str  # "ok", "error", "timeout", "skipped", "not run"
+    status: str  # "ok", "error", "timeout", "died" (killed the kernel), "skipped", "not run"
     error: str = ""
 
 
@@ -78,6 +87,7 @@ class TaskGrade:
     reason: str = ""  # why points were lost: the first failing case and its whole message
     notes: list[str] = field(default_factory=list)
     report: dict | None = None
+    findings: list[dict] = field(default_factory=list)  # code that is not the student's own
 
 
 @dataclass
@@ -111,7 +121,9 @@ class Grade:
             "passed": self.passed,
             "timeout": self.timeout,
             "tasks": [asdict(t) for t in self.tasks],
-            "cell_problems": [asdict(c) for c in self.cells if c.status in ("error", "timeout")],
+            "cell_problems": [
+                asdict(c) for c in self.cells if c.status in ("error", "timeout", "died")
+            ],
         }
 
     def table(self, width: int = TABLE_WIDTH) -> str:
@@ -138,7 +150,7 @@ class Grade:
         problems = [
             f"  cell {c.index} ({c.id}): {c.error}"
             for c in self.cells
-            if c.status in ("error", "timeout")
+            if c.status in ("error", "timeout", "died")
         ]
         if notes:
             lines += ["notes:", *notes]
@@ -236,8 +248,13 @@ def _grade_in_kernel(namespace: dict, task: dict, timeout: float = CHECK_TIMEOUT
                     report = check_quiz(task["question"], candidate, timeout=timeout)
                 else:
                     from . import checks
+                    from .cheats import watch_calls
 
-                    report = getattr(checks, task["checker"])(candidate, timeout=timeout)
+                    check = getattr(checks, task["checker"])
+                    builtins = getattr(check, "answer_builtins", ())
+                    with watch_calls(builtins, task.get("allowed", ())) as called:
+                        report = check(candidate, timeout=timeout)
+                    result["called"] = list(called)
                 result["report"] = report.to_dict()
             except Exception as error:  # noqa: BLE001 - a grader bug must not stop grading
                 result = {"status": "crashed", "error": f"{type(error).__name__}: {error}"}
@@ -266,11 +283,30 @@ def _cell_outcome(cell: NotebookNode, reply: dict | None, limit: float) -> tuple
 
 
 class _Runner:
-    """Execute cells one by one in one kernel, recording each outcome."""
+    """Execute cells one by one in one kernel, recording each outcome.
 
-    def __init__(self, nb: NotebookNode, cwd: Path, timeout: float, kernel_name: str):
+    When the kernel dies (``os._exit``, a segmentation fault, the out-of-memory killer),
+    or a cell runs over its limit and cannot be interrupted (a loop in C code),
+    `restart` starts a fresh kernel and replays the cells that had run, so that the
+    cells after the one that died see the definitions they need.
+    """
+
+    def __init__(
+        self,
+        nb: NotebookNode,
+        cwd: Path,
+        timeout: float,
+        kernel_name: str,
+        memory_limit: int = DEFAULT_MEMORY_LIMIT,
+    ):
+        self.nb = nb
         self.timeout = timeout
+        self.kernel_name = kernel_name
+        self.memory_limit = memory_limit
         self.replies: dict[int, dict] = {}
+        self.replay: list[int] = []  # cells to run again after a restart, in order
+        self.restarts = 0
+        self._context = None
         self.client = notebook_client(
             nb,
             cwd,
@@ -289,6 +325,67 @@ class _Runner:
     def _record(self, cell, cell_index, execute_reply) -> None:
         self.replies[cell_index] = execute_reply
 
+    # -- the kernel's life
+
+    def start(self) -> None:
+        options = {}
+        if self.kernel_name == KERNEL_NAME:
+            import subprocess
+
+            self.client.km = grader_kernel_manager(self.memory_limit)
+            # The kernel's own stdout/stderr (not the cells' outputs, which come as
+            # messages) would land on the grader's terminal: ipykernel's warnings, a
+            # forked child's complaints, C libraries' messages.
+            options = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        self._context = self.client.setup_kernel(cleanup_kc=True, **options)
+        self._context.__enter__()
+
+    def stop(self) -> None:
+        km = self.client.km
+        if self._context is not None:
+            context, self._context = self._context, None
+            try:
+                context.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - a kernel that is already gone
+                pass
+        if hasattr(km, "kill_process_group"):
+            km.kill_process_group()  # what the submission forked dies with its kernel
+
+    def how_it_died(self) -> str:
+        describe = getattr(self.client.km, "exit_description", None)
+        return describe() if describe else ""
+
+    def restart(self) -> None:
+        """A fresh kernel, with the cells in ``self.replay`` run again (quietly)."""
+        self.restarts += 1
+        graceful, self.client.shutdown_kernel = self.client.shutdown_kernel, "immediate"
+        try:
+            self.stop()  # a dead or hung kernel: no polite shutdown request
+        finally:
+            self.client.shutdown_kernel = graceful
+        self.start()
+        for index in self.replay:
+            cell = nbformat_copy(self.nb.cells[index])
+            self.nb.cells.append(cell)
+            try:
+                self.run(cell, len(self.nb.cells) - 1)
+            finally:
+                self.nb.cells.pop()
+
+    def responsive(self, limit: float = 10.0) -> bool:
+        """Whether the kernel answers a trivial cell within ``limit`` seconds."""
+        from nbclient.exceptions import DeadKernelError
+
+        probe = nbformat_new_cell("pass")
+        self.nb.cells.append(probe)
+        try:
+            status, _ = self.run(probe, len(self.nb.cells) - 1, limit, history=False)
+        except DeadKernelError:
+            return False
+        finally:
+            self.nb.cells.pop()
+        return status == "ok"
+
     def run(
         self, cell: NotebookNode, index: int, timeout: float | None = None, history: bool = True
     ) -> tuple[str, str]:
@@ -296,6 +393,20 @@ class _Runner:
         self.client.timeout = int(max(1, round(timeout or self.timeout)))
         self.client.execute_cell(cell, index, store_history=history)
         return _cell_outcome(cell, self.replies.get(index), timeout or self.timeout)
+
+
+def nbformat_copy(cell: NotebookNode) -> NotebookNode:
+    import copy
+
+    cell = copy.deepcopy(cell)
+    cell["outputs"] = []
+    return cell
+
+
+def nbformat_new_cell(source: str) -> NotebookNode:
+    import nbformat
+
+    return nbformat.v4.new_code_cell(source)
 
 
 def _kernel_result(cell: NotebookNode) -> dict | None:
@@ -313,10 +424,19 @@ def grade_notebook(
     timeout: float = DEFAULT_TIMEOUT,
     check_timeout: float = CHECK_TIMEOUT,
     kernel_name: str = KERNEL_NAME,
+    memory_limit: int = DEFAULT_MEMORY_LIMIT,
+    allow_builtins: bool = False,
 ) -> Grade:
-    """Execute and grade one submission; never raises because of the submission."""
+    """Execute and grade one submission; never raises because of the submission.
+
+    ``memory_limit`` bytes of memory for the kernel (0: none). A solution that
+    calls the reference or the built-in that is the answer scores 0 unless
+    ``allow_builtins``, which turns that into a note.
+    """
     import nbformat
     from nbclient.exceptions import DeadKernelError
+
+    from .cheats import allowed_names, dependencies, scan_notebook
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
@@ -324,6 +444,8 @@ def grade_notebook(
     tasks = find_tasks(nb)
     cell_index = {_nbgrader(c).get("grade_id"): i for i, c in enumerate(nb.cells)}
     cell_index.pop(None, None)
+    findings = scan_notebook(nb, tasks)  # before the run: the run adds outputs only
+    needs = dependencies(nb, tasks)
 
     runs: dict[int, CellRun] = {}
     grades = [
@@ -332,16 +454,20 @@ def grade_notebook(
         )
         for t in tasks
     ]
-    runner = _Runner(nb, path.parent.resolve(), timeout, kernel_name)
-    died_at: int | None = None
-    with runner.client.setup_kernel(cleanup_kc=True):
+    runner = _Runner(nb, path.parent.resolve(), timeout, kernel_name, memory_limit)
+    died: list[int] = []  # the cells that killed the kernel, in order
+    runner.start()
+    try:
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue
             cell_id = cell.get("id", "")
-            if died_at is not None:
+            if runner.restarts > MAX_RESTARTS:
                 runs[index] = CellRun(
-                    index, cell_id, "not run", f"the kernel died in cell {died_at}"
+                    index,
+                    cell_id,
+                    "not run",
+                    f"the kernel died {len(died)} times (last in cell {died[-1]})",
                 )
                 continue
             if _is_check_cell(cell):
@@ -350,17 +476,30 @@ def grade_notebook(
             try:
                 status, error = runner.run(cell, index)
             except DeadKernelError:
-                died_at = index
-                status, error = "error", "the kernel died while running this cell"
+                how = runner.how_it_died()
+                status = "died"
+                error = "the kernel died while running this cell" + (f" ({how})" if how else "")
+            if status == "timeout" and not runner.responsive():
+                status = "died"
+                error += "; it could not be interrupted (a loop in compiled code?), so the "
+                error += "kernel was restarted"
             runs[index] = CellRun(index, cell_id, status, error)
+            if status == "died":
+                died.append(index)
+                if runner.restarts < MAX_RESTARTS:
+                    runner.restart()
+                else:
+                    runner.restarts += 1  # the remaining cells are not run
+            elif status in ("ok", "error"):
+                runner.replay.append(index)
+        if runner.restarts > MAX_RESTARTS:
+            runner.restart()  # the tasks are still graded, on what ran
 
         # A generous limit for the checks themselves: each checker case has its own
         # `check_timeout`, and a case that overruns stops the rest of its checker.
         grading_limit = max(timeout, 6 * check_timeout + 30)
         for task, grade in zip(tasks, grades, strict=True):
-            if died_at is not None:
-                grade.reason = f"not graded: the kernel died while running cell {died_at}"
-                continue
+            task = {**task, "allowed": allowed_names(nb, task)}
             # Imports through __import__, so names the notebook rebound cannot interfere.
             source = (
                 "__import__('attention_course.grading', fromlist=['_'])._grade_in_kernel("
@@ -371,12 +510,22 @@ def grade_notebook(
             try:
                 status, error = runner.run(probe, len(nb.cells) - 1, grading_limit, history=False)
             except DeadKernelError:
-                died_at = len(nb.cells) - 1
-                grade.reason = "not graded: the kernel died while running its check"
-                continue
-            finally:
+                how = runner.how_it_died()
+                grade.reason = "not graded: the kernel died while running its check" + (
+                    f" ({how})" if how else ""
+                )
                 nb.cells.pop()
-            _fill(grade, task, status, error, _kernel_result(probe), nb, cell_index, runs)
+                runner.restart()  # a kernel that dies in a check costs that task only
+                continue
+            nb.cells.pop()
+            if status == "timeout" and not runner.responsive():
+                runner.restart()
+            result = _kernel_result(probe)
+            _fill(grade, task, status, error, result, nb, cell_index, runs)
+            _apply_findings(grade, findings.get(grade.id, []), result, allow_builtins)
+            _blame_dead_cells(grade, needs.get(grade.id, set()), died, runs)
+    finally:
+        runner.stop()
 
     cells = [runs[i] for i in sorted(runs)]
     return Grade(str(path), exercise, grades, cells, timeout)
@@ -428,6 +577,53 @@ def _fill(
         grade.reason = first["name"] + (f": {message}" if message else "")
 
 
+def _apply_findings(
+    grade: TaskGrade, findings: list, result: dict | None, allow_builtins: bool
+) -> None:
+    """Score 0 (or, for built-ins with ``allow_builtins``, a note) for code that is not
+    the student's own: the static findings, and what the dynamic watch saw called."""
+    from .cheats import REFERENCE, Finding
+
+    findings = list(findings)
+    for what in (result or {}).get("called", []):
+        kind = "called" if what.startswith(REFERENCE) else "called-builtin"
+        findings.append(Finding(grade.id, kind, -1, 0, what))
+    if not findings:
+        return
+    grade.findings = [f.to_dict() for f in findings]
+    denied = [f for f in findings if not allow_builtins or f.kind in ("reference", "called")]
+    for finding in findings:
+        if finding not in denied:
+            grade.notes.append(finding.message() + " (allowed by --allow-builtins)")
+    if denied:
+        lost = grade.score
+        grade.score, grade.fraction, grade.passed = 0.0, 0.0, False
+        text = "\n".join(f.message() for f in denied)
+        if grade.report is None and grade.reason:  # not checked: keep why, add the findings
+            grade.reason += "\n" + text
+            return
+        grade.reason = (
+            "not the student's own code: "
+            + text
+            + (f"\n(the checks alone would give {lost:g}/{grade.points:g})" if lost else "")
+        )
+
+
+def _blame_dead_cells(
+    grade: TaskGrade, needed: set[int], died: list[int], runs: dict[int, CellRun]
+) -> None:
+    """Name, in the reason of a task that lost points, the cells it needs that killed
+    the kernel (a definition made there was lost with the kernel)."""
+    if grade.passed:
+        return
+    for index in died:
+        if index in needed and f"cell {index}" not in grade.reason:
+            run = runs[index]
+            grade.reason += (
+                f"\ncell {index} ({run.id}), which this task needs, killed the kernel: {run.error}"
+            ).removeprefix("\n" if not grade.reason else "")
+
+
 def _why_missing(task: dict, nb: NotebookNode, cell_index: dict, runs: dict[int, CellRun]) -> str:
     cell_name = task.get("solution_cell")
     if cell_name is None:
@@ -442,6 +638,8 @@ def _why_missing(task: dict, nb: NotebookNode, cell_index: dict, runs: dict[int,
         return f" (cell {index}, which defines it, {run.error})"
     if run.status == "error":
         return f" (cell {index}, which defines it, raised {run.error})"
+    if run.status == "died":
+        return f" (cell {index}, which defines it, killed the kernel: {run.error})"
     return f" (cell {index}, which defines it, was {run.status}: {run.error})"
 
 
@@ -450,33 +648,107 @@ def _why_missing(task: dict, nb: NotebookNode, cell_index: dict, runs: dict[int,
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the ``grade`` command line (shared by the CLI and ``python -m``)."""
-    parser.add_argument("submission", type=Path, metavar="SUBMISSION.ipynb")
+    parser.add_argument(
+        "submission",
+        type=Path,
+        nargs="+",
+        metavar="DIR_OR_FILES",
+        help="submitted notebooks, or folders: every *.ipynb under them is graded",
+    )
     parser.add_argument(
         "--json", action="store_true", help="print a JSON document instead of the table"
     )
     add_timeout_argument(parser, DEFAULT_TIMEOUT, "for each cell of the submission")
+    parser.add_argument(
+        "--jobs", type=int, default=1, metavar="N", help="grade N notebooks at once (default 1)"
+    )
+    parser.add_argument("--csv", type=Path, metavar="FILE", help="write a gradebook (CSV)")
+    parser.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
+    parser.add_argument(
+        "--memory-limit",
+        type=parse_size,
+        default=DEFAULT_MEMORY_LIMIT,
+        metavar="SIZE",
+        help="memory each kernel may use (RLIMIT_DATA), e.g. 4G, 512M; 0 for no limit (default 4G)",
+    )
+    parser.add_argument(
+        "--allow-builtins",
+        action="store_true",
+        help="a PyTorch built-in that is the answer, or a dynamic import, gives a note "
+        "instead of 0 points (calling the reference always gives 0)",
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar when grading several"
+    )
+
+
+def _grade_entry(path: Path, args: argparse.Namespace):
+    """Read, check and grade one submission; an unreadable one is an entry with its error."""
+    import nbformat
+
+    from .gradebook import Entry
+
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as err:  # noqa: BLE001 - missing file, not JSON, JSON but not a notebook
+        return Entry(path, error=f"cannot read {path}: {type(err).__name__}: {err}")
+    if not find_tasks(nb):
+        return Entry(path, error=f"{path} lists no exercise tasks")
+    grade = grade_notebook(
+        path,
+        timeout=args.timeout,
+        memory_limit=args.memory_limit,
+        allow_builtins=args.allow_builtins,
+    )
+    return Entry(path, grade)
 
 
 def run(args: argparse.Namespace) -> int:
     """Carry out a parsed ``grade`` command; return the exit status."""
     if missing_tools("grade", sys.stderr):
         return 2
-    import nbformat
+    from . import gradebook
 
-    try:
-        nb = nbformat.read(args.submission, as_version=4)
-    except (OSError, ValueError) as err:  # missing file, not JSON, not a notebook
-        print(f"grade: cannot read {args.submission}: {err}", file=sys.stderr)
+    paths = gradebook.find_submissions(args.submission)
+    single = (
+        len(args.submission) == 1
+        and not args.submission[0].is_dir()
+        and not (args.csv or args.junit)
+    )
+    if single:
+        entry = _grade_entry(paths[0], args)
+        if entry.grade is None:
+            print(f"grade: {entry.error}", file=sys.stderr)
+            return 2
+        if args.json:
+            print(json.dumps(entry.grade.to_dict(), indent=2, ensure_ascii=False))
+        else:
+            print(entry.grade.table())
+        return 0 if entry.grade.passed else 1
+    if not paths:
+        print("grade: no *.ipynb found", file=sys.stderr)
         return 2
-    if not find_tasks(nb):
-        print(f"grade: {args.submission} lists no exercise tasks", file=sys.stderr)
-        return 2
-    grade = grade_notebook(args.submission, timeout=args.timeout)
+    entries = gradebook.grade_all(
+        paths,
+        lambda path: _grade_entry(path, args),
+        jobs=args.jobs,
+        progress=not args.no_progress,
+    )
+    if args.csv:
+        with open(args.csv, "w", newline="", encoding="utf-8") as stream:
+            gradebook.write_csv(entries, stream)
+    if args.junit:
+        Path(args.junit).write_text(gradebook.junit_xml(entries), encoding="utf-8")
     if args.json:
-        print(json.dumps(grade.to_dict(), indent=2, ensure_ascii=False))
+        print(json.dumps(gradebook.to_json(entries), indent=2, ensure_ascii=False))
     else:
-        print(grade.table())
-    return 0 if grade.passed else 1
+        for entry in entries:
+            if entry.grade is not None:
+                print(entry.grade.table(), end="\n\n")
+        print(gradebook.summary_text(entries))
+    if any(e.grade is None for e in entries):
+        return 2
+    return 0 if all(e.grade.passed for e in entries) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,8 +30,10 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     head ``g``: neighbours share, as in Hugging Face LLaMA's ``repeat_kv`` and
     ``torch.repeat_interleave(x, n_rep, dim=1)``, which this equals. (``x.repeat(1, n_rep,
     1, 1)`` would instead give head ``h`` the key/value head ``h % Hkv``: a different model.)
-    ``F.scaled_dot_product_attention(q, k, v, enable_gqa=True)`` does the same grouping
-    without materialising the copies. ``n_rep = 1`` returns ``x`` itself.
+    ``F.scaled_dot_product_attention(q, k, v, enable_gqa=True)`` does the same grouping;
+    its fused kernels can do it without copies (its math fallback copies too). This
+    function materialises the copies: a model that calls it saves cache memory, not the
+    per-step memory traffic. ``n_rep = 1`` returns ``x`` itself.
 
     Shapes:
         x: ``(B, Hkv, S, Dh)``; returns ``(B, Hkv · n_rep, S, Dh)``.
@@ -57,8 +59,9 @@ def sliding_window_mask(
     Each token sees itself and the ``window - 1`` tokens before it; ``window >= size``
     gives :func:`~attention_course.causal_mask`. Stacked, ``L`` layers still let
     information travel ``L · (window - 1)`` positions back (the receptive field grows by
-    one window per layer). Hugging Face builds the same mask for Mistral's
-    ``sliding_window`` (there, key ``j`` is visible when ``i - j < sliding_window``).
+    ``window - 1`` positions per layer: one window minus the token itself). Hugging Face
+    builds the same mask for Mistral's ``sliding_window`` (there, key ``j`` is visible when
+    ``i - j < sliding_window``).
 
     With ``S`` keys (``S >= size``) the ``size`` queries are the *last* ``size`` of ``S``
     positions (new tokens meeting a cache): query ``i`` sits at ``i + S - size``, and the

@@ -101,8 +101,9 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
     For ``H`` a power of 2, ``slope_h = 2^(-8 (h + 1) / H)`` (8 heads: 1/2, 1/4, ..,
     1/256). Otherwise the paper's rule (Press et al., 2022, and their code): with
     ``n = 2^floor(log2 H)``, the ``n`` slopes for ``n`` heads, then the first
-    ``H - n`` of the slopes for ``2n`` heads taken at even indices (0, 2, 4, ..),
-    i.e. slopes that lie between the first ones.
+    ``H - n`` of the slopes for ``2n`` heads taken at even indices (0, 2, 4, ..):
+    ``2^(-4/n), 2^(-12/n), ..``, appended after the first ``n``. The result is not sorted:
+    for ``H = 6`` head 4 gets 0.5, larger than head 0's 0.25.
 
     Hugging Face counterpart: ``build_alibi_tensor``'s slopes in
     ``transformers.models.bloom.modeling_bloom``.

@@ -80,6 +80,27 @@ REQUIRED_MODES: dict[str, set[str]] = {
     | {"causality", "T=1", "odd T", "H=1", "B>1"},
     "attention_rollout": _GRAD
     | {"L=1", "L>1", "H differs between layers", "causal", "B>1", "T=1", "dtype=float32"},
+    # chapter 15
+    "repeat_kv": _GRAD
+    | {"Hkv=1", "Hkv>1", "n_rep=1", "n_rep=1 x grad", "S=1", "B>1", "dtype=float32"},
+    "sliding_window_mask": {"device=meta", "window=1", "window>=size", "bad window"},
+    # chapter 16
+    "rms_norm": _GRAD
+    | {
+        "normalized_shape=tuple",
+        "normalized_shape=list",
+        "eps=None",
+        "eps=0",
+        "odd D",
+        "tiny input",
+        "dtype=float32",
+        "dtype=float64",
+    },
+    "swiglu": _GRAD | {"odd sizes"},
+    # chapter 14
+    "apply_rope": _GRAD
+    | {"positions=(B, T)", "odd Dh", "Dh=2", "T=1", "dtype=float32", "dtype=float64"},
+    "alibi_slopes": {"power of 2", "not a power of 2", "H=1"},
     # chapter 17 (H17)
     "induction_scores": {
         "perfect",
@@ -95,6 +116,11 @@ REQUIRED_MODES: dict[str, set[str]] = {
 }
 
 EXEMPT: dict[tuple[str, str], str] = {
+    ("sliding_window_mask", "S"): (
+        "a keyword-only extra of the reference (queries that are the last of S keys, as "
+        "with a rolling KV cache); exercise 15 asks for sliding_window_mask(size, window, "
+        "device=None) only"
+    ),
     ("sinusoidal_positional_encoding", "device"): (
         "a keyword-only extra of the reference; exercise 09 asks for "
         "sinusoidal_positional_encoding(max_len, d_model) only"

@@ -219,3 +219,20 @@ def test_cached_attention_weights_cover_the_visible_keys_only():
         assert w.shape == (B, H, 3, 5)
         assert_close(w, wf[:, :, 5:, 3:])
         assert_close(wf[:, :, 5:, :3], torch.zeros(B, H, 3, 3))
+
+
+def test_cache_nbytes_counts_the_allocated_buffers():
+    """KVCache.nbytes: the growing cache's buffers double; the rolling one stays at window."""
+    torch.manual_seed(0)
+    full = GPT(11, d_model=16, num_heads=4, num_layers=2, pos="rope", num_kv_heads=2)
+    rolling = GPT(11, d_model=16, num_heads=4, num_layers=2, pos="rope", num_kv_heads=2, window=8)
+    ids = torch.randint(0, 11, (3, 100))
+    per_position = 2 * 2 * 3 * 2 * 4 * 4  # layers * (k, v) * B * Hkv * Dh * 4 bytes
+    # 60 tokens allocate 2 * 60 = 120 positions; the next 40 fit. The rolling one keeps 8.
+    for model, positions in ((full, 120), (rolling, 8)):
+        cache = model.new_cache()
+        assert cache.nbytes == 0
+        with torch.no_grad():
+            model(ids[:, :60], cache=cache)
+            model(ids[:, 60:], cache=cache)
+        assert cache.nbytes == per_position * positions

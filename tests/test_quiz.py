@@ -9,6 +9,8 @@ gradient flow, name the common mistakes, and cover every mode their statement al
 from __future__ import annotations
 
 import math
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -435,6 +437,23 @@ def _pool_modes(x, mask):
     }
 
 
+def _rope_reference(q, k, v):
+    from attention_course.checks.quiz_computed import _rope_attend
+
+    return _rope_attend(q, k, v)
+
+
+def _rope_modes(q, k, v):
+    return {
+        "no batch axis": q.dim() == 2,
+        "batch axes": q.dim() >= 3,
+        "T == 1": q.shape[-2] == 1,
+        "float64": q.dtype == torch.float64,
+        "float32": q.dtype == torch.float32,
+        "gradient": q.requires_grad and k.requires_grad and v.requires_grad,
+    }
+
+
 MODES = {
     # a single number: its forms (int, float, numpy, torch) are tested above
     "01.beta": (None, None),
@@ -443,6 +462,18 @@ MODES = {
         _attention_modes,
     ),
     "11.masked_mean_pool": (lambda x, mask: classifier.masked_mean_pool(x, mask), _pool_modes),
+    # chapter 15: a function of the length; the buffer before, at and after filling up
+    "15.mistral_cache_bytes": (
+        lambda tokens: 2 * 32 * 8 * 128 * 2 * min(tokens, 4096),
+        lambda tokens: {
+            "buffer not full": tokens < 4096,
+            "buffer just full": tokens == 4096,
+            "first slot overwritten": tokens == 4097,
+            "far past the window": tokens > 2 * 4096,
+        },
+    ),
+    # chapter 14: causal attention with RoPE on q and k
+    "14.rope_attention": (_rope_reference, _rope_modes),
 }
 
 
@@ -496,3 +527,82 @@ def test_the_statement_of_exercise_13_states_the_tolerance():
         path = Path(__file__).resolve().parents[1] / folder / "13_decoder_only.ipynb"
         text = " ".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
         assert "within 0.005 nats" in text, path
+
+
+# ---------------------------------------------------------------- chapter 15: Mistral's cache
+
+_MISTRAL_PER_TOKEN = 2 * 32 * 8 * 128 * 2
+
+
+def _mistral(tokens):
+    return _MISTRAL_PER_TOKEN * min(tokens, 4096)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        _mistral,
+        lambda t: float(_mistral(t)),
+        lambda t: np.int64(_mistral(t)),
+        lambda t: torch.tensor(_mistral(t)),
+        lambda t: Fraction(_mistral(t)),
+        lambda t: Decimal(_mistral(t)),
+    ],
+    ids=["int", "float", "numpy", "torch", "Fraction", "Decimal"],
+)
+def test_mistral_cache_accepts_every_whole_number(answer):
+    assert check_quiz("15.mistral_cache_bytes", answer).passed
+
+
+@pytest.mark.parametrize(
+    "answer, named",
+    [
+        # student 15: at 32,768 tokens "every token" and "bits" were both 8 times the answer
+        (lambda t: _MISTRAL_PER_TOKEN * t, "you counted every token"),
+        (lambda t: 8 * _mistral(t), "in bits"),
+        (lambda t: _MISTRAL_PER_TOKEN * min(t, 4097), "not 4,097"),
+        (lambda t: _MISTRAL_PER_TOKEN * min(t, 4095), "not window - 1"),
+        (lambda t: _MISTRAL_PER_TOKEN * 4096, "not full before 4,096 tokens"),
+        (lambda t: _mistral(t) / 1024, "in KiB"),
+        (lambda t: _mistral(t) / 2**30, "in GiB"),
+        (lambda t: _mistral(t) // 32, "one layer"),
+        (lambda t: float(f"{_mistral(t):.3g}"), "rounded"),
+    ],
+    ids=[
+        "every token",
+        "bits",
+        "4097 slots",
+        "4095 slots",
+        "always full",
+        "KiB",
+        "GiB",
+        "one layer",
+        "rounded",
+    ],
+)
+def test_mistral_cache_names_the_mistake(answer, named):
+    report = check_quiz("15.mistral_cache_bytes", answer)
+    assert not report.passed
+    assert named in str(report), report
+    assert report.score < 0.9
+
+
+def test_mistral_cache_rejects_a_non_whole_number():
+    report = check_quiz("15.mistral_cache_bytes", lambda t: _mistral(t) + 0.5)
+    assert not report.passed
+    assert "not a whole number of bytes" in str(report)
+
+
+def test_16_swiglu_parameters_hints_and_one_element_containers():
+    """16.swiglu_parameters follows the rule of every count quiz (06, 08): a one-element
+    array or tensor is the number it holds, a list or tuple of one is named as such; the
+    usual miscounts get their hint."""
+    R = 3 * 512 * 1368
+    for answer in (R, float(R), np.int64(R), np.array([R]), torch.tensor([R])):
+        assert passes("16.swiglu_parameters", answer), answer
+        assert passes("08.parameter_count", plain(answer) - R + 2099712)
+    assert "got a list of 1" in message("16.swiglu_parameters", [R])
+    assert "got a list of 1" in message("08.parameter_count", [2099712])
+    assert "counts biases" in message("16.swiglu_parameters", R + 2 * 1368 + 512)
+    assert "use d_ff = 1368" in message("16.swiglu_parameters", 3 * 512 * 1365)
+    assert "multiple of 256" in message("16.swiglu_parameters", 3 * 512 * 1536)

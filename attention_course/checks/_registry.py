@@ -19,10 +19,13 @@ from .interpret import (
     check_find_induction_head,
     check_induction_scores,
 )
+from .kv import check_repeat_kv, check_sliding_window_mask
 from .masking import check_causal_mask, check_padding_mask
+from .modern import check_rms_norm, check_swiglu  # chapter 16
 from .multihead import check_merge_heads, check_multi_head_attention, check_split_heads
 from .norms import check_batch_norm, check_layer_norm
 from .positional import check_sinusoidal_positional_encoding
+from .positions import check_alibi_slopes, check_apply_rope  # chapter 14
 from .sampling import check_filter_logits
 from .transformer import check_decoder_layer, check_encoder_layer
 
@@ -48,6 +51,9 @@ _BY_EXERCISE: dict[str | None, tuple[Callable, ...]] = {
     "09_positional_encoding": (check_sinusoidal_positional_encoding,),
     "10_transformer": (check_encoder_layer, check_decoder_layer),
     "13_decoder_only": (check_filter_logits, check_causal_self_attention),
+    "14_positions_that_generalise": (check_apply_rope, check_alibi_slopes),
+    "15_sharing_keys_values": (check_repeat_kv, check_sliding_window_mask),
+    "16_the_modern_block": (check_rms_norm, check_swiglu),  # chapter 16
     "17_induction_heads": (
         check_attention_rollout,
         check_induction_scores,

@@ -121,6 +121,19 @@ class Report:
                 f"(the report above says what to fix)"
             )
 
+    def hint(self, tier: int = 1, case: str | None = None) -> str:
+        """A hint for the first failing case (or the case named ``case``), in tiers:
+        1 the concept, 2 the chapter that teaches it, 3 what to change.
+
+        ``print(report.hint(2))`` after a check cell; "" when every case passed.
+        """
+        from ._hints import hint
+
+        failing = [r for r in self.results if not r.passed and (case is None or r.name == case)]
+        if not failing:
+            return ""
+        return hint(self.target.removeprefix("check_"), failing[0].message, tier)
+
     def to_dict(self) -> dict:
         """Plain, JSON-serialisable data: target, passed, score and results."""
         return {

@@ -348,12 +348,25 @@ def single_failure(target: str, name: str, message: str) -> Report:
     return Report(target=f"check_{target}", results=[CaseResult(name, False, message)])
 
 
-def checker(target: str, class_name: str | None = None):
+def checker(
+    target: str,
+    class_name: str | None = None,
+    *,
+    answer_builtins: Sequence[str] = (),
+    chapter: str | None = None,
+):
     """Turn ``cases(candidate) -> list[Case]`` into ``check_<target>(candidate, *, timeout)``.
 
     The checker first makes sure that the candidate is a function (or, given
     ``class_name``, an ``nn.Module`` subclass), else it returns a one-case report saying
     what to pass; then it runs the cases with :func:`run_cases`.
+
+    ``answer_builtins`` names, by their full dotted paths, the PyTorch built-ins that *are*
+    the answer to the task (``"torch.nn.functional.layer_norm"``, ``"torch.nn.LayerNorm"``):
+    the grader flags a solution that calls one (`attention_course.cheats`). List only a
+    built-in that does the whole task, not one a solution may use as a step.
+    ``chapter`` names the book chapter that teaches the target (``"07_layernorm"``), for
+    the tiered hints of `Report.hint`. Both are kept as attributes of the checker.
     """
 
     def wrap(cases: Callable[[object], Sequence[Case]]) -> Callable[..., Report]:
@@ -370,6 +383,9 @@ def checker(target: str, class_name: str | None = None):
         check.__name__ = check.__qualname__ = f"check_{target}"
         check.__doc__ = cases.__doc__
         check.__module__ = cases.__module__
+        check.target = target
+        check.answer_builtins = tuple(answer_builtins)
+        check.chapter = chapter
         return check
 
     return wrap

@@ -115,7 +115,17 @@ def _soft_argmax_grad(candidate):
     return run
 
 
-@checker("soft_argmax")
+@checker(
+    "soft_argmax",
+    # the statement says: with torch.exp and sum, not torch.softmax
+    answer_builtins=(
+        "torch.softmax",
+        "torch.nn.functional.softmax",
+        "torch.special.softmax",
+        "torch.nn.Softmax",
+        "torch.Tensor.softmax",
+    ),
+)
 def check_soft_argmax(candidate) -> list[Case]:
     """Check ``soft_argmax(scores, beta=1.0, dim=-1) -> softmax(beta * scores)``."""
     return [
@@ -491,7 +501,10 @@ def _sdpa_dropout_case(candidate, q, k, v, p: float, mask=None):
     return run
 
 
-@checker("scaled_dot_product_attention")
+@checker(
+    "scaled_dot_product_attention",
+    answer_builtins=("torch.nn.functional.scaled_dot_product_attention",),
+)
 def check_scaled_dot_product_attention(candidate) -> list[Case]:
     """Check ``scaled_dot_product_attention(query, key, value, mask=None, dropout_p=0.0,
     scale=None) -> (output, weights)``."""

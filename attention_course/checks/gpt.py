@@ -516,7 +516,15 @@ def _dropout_case(candidate, init: dict, draws: int = 200):
     return run
 
 
-@checker("causal_self_attention", "CausalSelfAttention")
+@checker(
+    "causal_self_attention",
+    "CausalSelfAttention",
+    # the statement allows neither
+    answer_builtins=(
+        "torch.nn.functional.scaled_dot_product_attention",
+        "torch.nn.MultiheadAttention",
+    ),
+)
 def check_causal_self_attention(candidate) -> list[Case]:
     """Check ``CausalSelfAttention(d_model, num_heads, bias=False, dropout=0.0)``:
     ``forward(x (B, T, D)) -> (B, T, D)``, token t attending to tokens 0 .. t."""

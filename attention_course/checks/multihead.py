@@ -395,7 +395,14 @@ def _mha_attributes(candidate):
     return run
 
 
-@checker("multi_head_attention", "MultiHeadAttention")
+@checker(
+    "multi_head_attention",
+    "MultiHeadAttention",
+    answer_builtins=(
+        "torch.nn.MultiheadAttention",
+        "torch.nn.functional.multi_head_attention_forward",
+    ),
+)
 def check_multi_head_attention(candidate) -> list[Case]:
     """Check the class ``MultiHeadAttention(d_model, num_heads, dropout=0.0, bias=True,
     kdim=None, vdim=None)``."""

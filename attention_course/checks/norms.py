@@ -158,7 +158,16 @@ def _without_builtin(cases: list[Case], name: str, module_name: str) -> list[Cas
     return [dataclasses.replace(case, run=wrap(case.run)) for case in cases]
 
 
-@checker("layer_norm", "LayerNorm")
+@checker(
+    "layer_norm",
+    "LayerNorm",
+    answer_builtins=(
+        "torch.nn.LayerNorm",
+        "torch.nn.functional.layer_norm",
+        "torch.layer_norm",
+        "torch.native_layer_norm",
+    ),
+)
 def check_layer_norm(candidate) -> list[Case]:
     """Check the class ``LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True)``."""
     x = 2.0 + 3.0 * randn(2, 3, 8, seed=101)
@@ -495,7 +504,16 @@ def _batch_norm_fresh_eval(candidate):
     return run
 
 
-@checker("batch_norm", "BatchNorm1d")
+@checker(
+    "batch_norm",
+    "BatchNorm1d",
+    answer_builtins=(
+        "torch.nn.BatchNorm1d",
+        "torch.nn.functional.batch_norm",
+        "torch.batch_norm",
+        "torch.native_batch_norm",
+    ),
+)
 def check_batch_norm(candidate) -> list[Case]:
     """Check the class ``BatchNorm1d(num_features, eps=1e-5, momentum=0.1)``: training
     outputs, running statistics, evaluation, for (B, C) and (B, C, L) inputs."""

@@ -342,10 +342,318 @@ def masked_mean_pool_cases(candidate: Callable) -> list[Case]:
     ]
 
 
+# ---------------------------------------------------------------- chapter 15: Mistral's cache
+
+# Mistral 7B (Jiang et al., 2023, Table 1): 32 layers, 8 key/value heads of size 128, a
+# window of 4,096 with a rolling buffer of exactly 4,096 slots; bfloat16 (2 bytes).
+MISTRAL = {"layers": 32, "heads": 32, "kv_heads": 8, "d_head": 128, "window": 4096, "bytes": 2}
+MISTRAL_TOKENS = (1, 3000, 4096, 4097, 20000)
+
+
+def _mistral_per_token(kv_heads: int = 8, bytes_per_number: int = 2, layers: int = 32) -> int:
+    return 2 * layers * kv_heads * MISTRAL["d_head"] * bytes_per_number
+
+
+def mistral_cache_bytes_reference(tokens: int) -> int:
+    """Bytes of keys and values in Mistral 7B's rolling buffer after ``tokens`` tokens."""
+    return _mistral_per_token() * min(tokens, MISTRAL["window"])
+
+
+def _mistral_mistakes() -> list[tuple[str, Callable[[int], float], float]]:
+    """(what the answer shows, the wrong formula of the length t, relative tolerance; a
+    tolerance of -1 means "within 1 %, written with at most 4 significant digits")."""
+    P, W = _mistral_per_token(), MISTRAL["window"]
+    right = mistral_cache_bytes_reference
+    units = [
+        ("KiB", 2**10),
+        ("MiB", 2**20),
+        ("GiB", 2**30),
+        ("kB", 10**3),
+        ("MB", 10**6),
+        ("GB", 10**9),
+    ]
+    return [
+        (
+            "you counted every token: the rolling buffer keeps only the last 4,096 positions "
+            "(position p goes to slot p mod 4,096, overwriting the one 4,096 older)",
+            lambda t: P * t,
+            0.0,
+        ),
+        (
+            "the buffer is not full before 4,096 tokens: after t tokens it holds t positions, "
+            "not 4,096",
+            lambda t: P * W,
+            0.0,
+        ),
+        (
+            "the rolling buffer has exactly W = 4,096 slots, not 4,097 (position p goes to "
+            "slot p mod 4,096); the paper's wording 'positions i - W to i' does not add a slot",
+            lambda t: P * min(t, W + 1),
+            0.0,
+        ),
+        (
+            "the buffer has 4,096 slots (window = 4,096), not window - 1 = 4,095",
+            lambda t: P * min(t, W - 1),
+            0.0,
+        ),
+        ("that is in bits: 8 times the bytes", lambda t: 8 * right(t), 0.0),
+        (
+            "you used the 32 query heads: the cache stores only the 8 key/value heads, which "
+            "the query heads share",
+            lambda t: 4 * right(t),
+            0.0,
+        ),
+        (
+            "you used the 32 query heads and counted every token: the cache stores only the 8 "
+            "key/value heads, and only the last 4,096 positions",
+            lambda t: 4 * P * t,
+            0.0,
+        ),
+        (
+            "you counted only the keys (or only the values): the cache stores both, hence the "
+            "factor 2",
+            lambda t: right(t) / 2,
+            0.0,
+        ),
+        ("that is 4 bytes per number (float32); bfloat16 takes 2", lambda t: 2 * right(t), 0.0),
+        ("that is one layer; Mistral 7B has 32", lambda t: right(t) / 32, 0.0),
+        ("that is the cost of one token, whatever the length", lambda t: P, 0.0),
+        *(
+            (
+                f"that is the answer in {name} (1 {name} = {size:,} bytes); the task asks for "
+                "bytes",
+                lambda t, size=size: right(t) / size,
+                1e-2,
+            )
+            for name, size in units
+        ),
+        (
+            "close, but rounded: return the exact number of bytes, an integer",
+            lambda t: right(t),
+            -1.0,
+        ),
+    ]
+
+
+def mistral_cache_bytes_cases(candidate: Callable) -> list[Case]:
+    """Cases for ``mistral_cache_bytes(tokens) -> int``: the bytes of Mistral 7B's rolling
+    KV cache after ``tokens`` tokens (batch 1, bfloat16). A known mistake is named only
+    when it alone explains the answers at every length the checker tried (at 32,768
+    tokens "every token counted" and "bits" would both give 8 times the answer; at 3,000
+    they differ), or, failing that, alone explains the answer at this length."""
+    answers: dict[int, object] = {}
+
+    def answer(t: int) -> object:
+        """The student's answer at ``t`` as an int or float, or a CaseFailed to raise."""
+        if t not in answers:
+            what = f"{answer_name(candidate)}({t})"
+            try:
+                raw = call_student(candidate, t, what=what)
+                answers[t] = _whole_number(raw, what)
+            except CaseFailed as error:
+                answers[t] = error
+        return answers[t]
+
+    def matches(value: float, formula: Callable[[int], float], rel: float, t: int) -> bool:
+        want = formula(t)
+        if rel < 0:  # rounded: near the answer, and a short number
+            return abs(value - want) <= 1e-2 * abs(want) and float(f"{value:.4g}") == value
+        return abs(value - want) <= rel * abs(want) if rel else value == want
+
+    def run_with(t: int) -> Callable[[], str]:
+        def run() -> str:
+            got = answer(t)
+            if isinstance(got, CaseFailed):
+                raise got
+            right = mistral_cache_bytes_reference(t)
+            if got == right:
+                return ""
+            what = f"{answer_name(candidate)}({t})"
+            ratio = got / right
+            message = f"{what} returned {got if isinstance(got, int) else repr(got)}"
+            if isinstance(got, float) and not got.is_integer():
+                message += ", not a whole number of bytes"
+            if abs(ratio - 1) > 1e-4:
+                message += f", {ratio:.6g} times the right number"
+            else:
+                message += ", close to the right number but not equal"
+            others = {s: answer(s) for s in MISTRAL_TOKENS}
+            here = [
+                (text, formula, rel)
+                for text, formula, rel in _mistral_mistakes()
+                if (formula(t) != right or rel < 0) and matches(got, formula, rel, t)
+            ]
+            everywhere = {
+                text
+                for text, formula, rel in here
+                if all(
+                    matches(value, formula, rel, s)
+                    for s, value in others.items()
+                    if not isinstance(value, CaseFailed)
+                )
+            }
+            named = everywhere or {text for text, _, _ in here}
+            if len(named) == 1:
+                message += f"\nLikely mistake: {named.pop()}."
+            raise CaseFailed(message)
+
+        return run
+
+    return [
+        Case("after 1 token", run_with(1)),
+        Case("after 3,000 tokens: the buffer not yet full", run_with(3000)),
+        Case("after 4,096 tokens: the buffer just full", run_with(4096)),
+        Case("after 4,097 tokens: the first slot overwritten", run_with(4097)),
+        Case("after 20,000 tokens", run_with(20000)),
+    ]
+
+
+def _whole_number(raw: object, what: str) -> int | float:
+    """``raw`` as an int (or a float that is not whole, for the message); an integral
+    float, ``Fraction`` or ``Decimal`` counts as that int."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    if raw is None:
+        raise CaseFailed(f"{what} returned None: return the number of bytes, an int")
+    if isinstance(raw, Decimal) and not raw.is_finite():
+        raise CaseFailed(f"{what} returned Decimal({raw}): expected a finite number of bytes")
+    if isinstance(raw, (Fraction, Decimal)):
+        return int(raw) if raw == int(raw) else float(raw)
+    value = _as_number(raw, what)  # a plain, finite number (numpy and torch scalars too)
+    plain_raw = plain(raw)
+    if isinstance(plain_raw, int) and not isinstance(plain_raw, bool):
+        return plain_raw
+    return int(value) if value.is_integer() else value
+
+
+# ---------------------------------------------------------------- chapter 14: RoPE in attention
+
+
+def _rope_attend(
+    q,
+    k,
+    v,
+    *,
+    rotate: str = "qk",
+    causal: str | bool = True,
+    scaled: str | bool = True,
+    fill: float = float("-inf"),
+    softmax_dim: int = -1,
+):
+    """Causal attention with RoPE, the right way (``rotate="qk"``) or a known mistake:
+    ``causal="reversed"`` hides the past, ``"diagonal"`` the key j = t too;
+    ``scaled="Dh"`` divides by Dh; ``fill`` is the masked scores' value."""
+    from attention_course.positions import apply_rope
+
+    T = q.shape[-2]
+    if "q" in rotate:
+        q = apply_rope(q)
+    if "k" in rotate:
+        k = apply_rope(k)
+    if "v" in rotate:
+        v = apply_rope(v)
+    scores = q @ k.transpose(-2, -1)  # (..., T, T)
+    if scaled == "Dh":
+        scores = scores / q.shape[-1]
+    elif scaled:
+        scores = scores / math.sqrt(q.shape[-1])
+    if causal:
+        hidden = {
+            "reversed": torch.ones(T, T, dtype=torch.bool).tril(-1),
+            "diagonal": torch.ones(T, T, dtype=torch.bool).triu(0),
+        }.get(causal, torch.ones(T, T, dtype=torch.bool).triu(1))
+        scores = scores.masked_fill(hidden, fill)
+    return scores.softmax(dim=softmax_dim) @ v
+
+
+def rope_attention_cases(candidate: Callable) -> list[Case]:
+    """Cases for ``rope_attention(q, k, v) -> output``: causal scaled dot-product
+    attention with RoPE (``apply_rope`` at positions ``0 .. T-1``) on q and k only."""
+
+    def run_with(shape: tuple[int, ...], seed: int, dtype=torch.float64, grad: bool = False):
+        def run() -> None:
+            q, k, v = _inputs(shape, shape, shape, seed=seed, dtype=dtype)
+            mine = [t.clone().requires_grad_(grad) for t in (q, k, v)]
+            theirs = [t.clone().requires_grad_(grad) for t in (q, k, v)]
+            want = _rope_attend(*theirs)
+            call = f"rope_attention(q, k, v), each {fmt_shape(shape)}"
+            got = call_student(candidate, *mine, what=call, arg_names=("q", "k", "v"))
+
+            def variant(**options):
+                return lambda: _rope_attend(q, k, v, **options)
+
+            _expect_close(
+                got,
+                want.detach(),
+                f"the output of {call}",
+                dtype_hint=DTYPE_HINT,
+                mistakes=[
+                    (
+                        "RoPE is applied to the values as well: rotate q and k only; the "
+                        "values carry content, and only the scores need the offset",
+                        variant(rotate="qkv"),
+                    ),
+                    ("only the queries are rotated: rotate the keys too", variant(rotate="q")),
+                    ("only the keys are rotated: rotate the queries too", variant(rotate="k")),
+                    (
+                        "no rotation: apply_rope to q and k before the scores",
+                        variant(rotate=""),
+                    ),
+                    (
+                        "no causal mask: fill the scores of keys j > t with -inf before the "
+                        "softmax",
+                        variant(causal=False),
+                    ),
+                    ("the scores are not divided by sqrt(Dh)", variant(scaled=False)),
+                    (
+                        "the scores are divided by Dh instead of sqrt(Dh)",
+                        variant(scaled="Dh"),
+                    ),
+                    (
+                        "the mask is reversed: it hides the keys j < t (the past); hide the "
+                        "future keys j > t, `torch.ones(T, T, dtype=torch.bool).triu(1)`",
+                        variant(causal="reversed"),
+                    ),
+                    (
+                        "the mask hides the diagonal too (key j = t), so query 0 sees no key "
+                        "at all: hide only j > t, `triu(1)`, not `triu(0)`",
+                        variant(causal="diagonal"),
+                    ),
+                    (
+                        "masked scores set to 0 still get weight in the softmax: fill them "
+                        "with -inf",
+                        variant(fill=0.0),
+                    ),
+                    (
+                        "the softmax runs over the queries (dim=-2): each query's weights "
+                        "over the keys must sum to 1, `softmax(dim=-1)`",
+                        variant(softmax_dim=-2),
+                    ),
+                ],
+            )
+            if grad:
+                _backward(got, want, "output", seed + 1)
+                for name, a, b in zip(("`q`", "`k`", "`v`"), mine, theirs):
+                    expect_grad(a.grad, b.grad, name)
+
+        return run
+
+    return [
+        Case("q, k, v (6, 8): no batch axis", run_with((6, 8), 1)),
+        Case("q, k, v (2, 3, 5, 4): batch and head axes", run_with((2, 3, 5, 4), 2)),
+        Case("float32 inputs give float32 results", run_with((2, 7, 6), 3, dtype=torch.float32)),
+        Case("T = 1: one position", run_with((2, 1, 4), 4)),
+        Case("gradients flow to q, k and v", run_with((2, 5, 8), 5, grad=True)),
+    ]
+
+
 CASES: dict[str, Callable[[Callable], list[Case]]] = {
     "chosen_beta": chosen_beta_cases,
     "dot_product_attention": dot_product_attention_cases,
     "masked_mean_pool": masked_mean_pool_cases,
+    "mistral_cache_bytes": mistral_cache_bytes_cases,
+    "rope_attention": rope_attention_cases,  # chapter 14
 }
 """The computed questions' cases by name, as the question bank names them."""
 
@@ -354,3 +662,4 @@ CASES: dict[str, Callable[[Callable], list[Case]]] = {
 check_chosen_beta = checker("chosen_beta")(chosen_beta_cases)
 check_dot_product_attention = checker("dot_product_attention")(dot_product_attention_cases)
 check_masked_mean_pool = checker("masked_mean_pool")(masked_mean_pool_cases)
+check_rope_attention = checker("rope_attention")(rope_attention_cases)  # chapter 14

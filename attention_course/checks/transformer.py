@@ -353,7 +353,11 @@ def _attributes_case(candidate, reference_cls, names, init):
     return run
 
 
-@checker("encoder_layer", "EncoderLayer")
+@checker(
+    "encoder_layer",
+    "EncoderLayer",
+    answer_builtins=("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder"),
+)
 def check_encoder_layer(candidate) -> list[Case]:
     """Check the class ``EncoderLayer(d_model, num_heads, d_ff, dropout=0.1,
     norm_first=False)``."""
@@ -692,7 +696,11 @@ def _decoder_attention_case(candidate, init: dict, x, memory, tgt_mask=None, mem
 _DECODER_ATTRIBUTES = ("self_attn", "cross_attn", "ffn", "norm1", "norm2", "norm3", "norm_first")
 
 
-@checker("decoder_layer", "DecoderLayer")
+@checker(
+    "decoder_layer",
+    "DecoderLayer",
+    answer_builtins=("torch.nn.TransformerDecoderLayer", "torch.nn.TransformerDecoder"),
+)
 def check_decoder_layer(candidate) -> list[Case]:
     """Check the class ``DecoderLayer(d_model, num_heads, d_ff, dropout=0.1,
     norm_first=False)``."""

@@ -13,9 +13,12 @@ from . import (
     ffn_positional,
     gpt,
     interpret,
+    kv,
     masking,
+    modern,
     multihead,
     norms,
+    positions,
     sampling,
     transformer,
 )
@@ -41,6 +44,15 @@ REFERENCES = {
     "filter_logits": ac.filter_logits,
     "causal_self_attention": ac.CausalSelfAttention,
     "attention_rollout": ac.attention_rollout,
+    # chapter 15
+    "repeat_kv": ac.repeat_kv,
+    "sliding_window_mask": ac.sliding_window_mask,
+    # chapter 16
+    "rms_norm": ac.RMSNorm,
+    "swiglu": ac.SwiGLU,
+    # chapter 14
+    "apply_rope": ac.apply_rope,
+    "alibi_slopes": ac.alibi_slopes,
     # chapter 17 (H17)
     "induction_scores": ac.induction_scores,
     "find_induction_head": ac.interpret.find_induction_head,
@@ -57,4 +69,7 @@ CATALOGUE = [
     *sampling.CATALOGUE,
     *gpt.CATALOGUE,
     *interpret.CATALOGUE,
+    *kv.CATALOGUE,  # chapter 15
+    *modern.CATALOGUE,  # chapter 16
+    *positions.CATALOGUE,  # chapter 14
 ]

@@ -1,0 +1,530 @@
+"""Find solutions that are not the student's own: the reference, or the built-in answer.
+
+Two looks, both used by ``attention-course grade``:
+
+- **Static** (`scan_notebook`): the AST of each task's solution cell, and of every
+  function, class and alias of the notebook that it uses (transitively), is searched for
+
+  * the reference package, ``attention_course``, in any spelling: ``ac.x`` after
+    ``import attention_course as ac``, ``from attention_course.attention import x as
+    mine``, ``importlib.import_module("attention_course...")``, ``__import__(...)``,
+    ``getattr(ac, "x")``, ``sys.modules[...]``. Names that the notebook's *given* cells
+    (not solution cells) import by name from ``attention_course`` are building blocks
+    the exercise hands out (exercise 6 gives ``scaled_dot_product_attention`` to
+    multi-head attention) and are allowed, except the task's own target;
+  * imports whose module name is not a constant (``__import__("attention_" + "course")``),
+    ``exec``/``eval``/``compile``, ``getattr`` of a module with a computed name: the
+    grader cannot see what they reach, so they are flagged as such;
+  * the PyTorch built-ins that *are* the answer, declared next to each checker
+    (``@checker(..., answer_builtins=("torch.nn.functional.layer_norm", ...))``).
+
+- **Dynamic** (`watch_calls`): while a candidate is evaluated, a profile hook records
+  every call of the reference made from the student's code, and every call of an answer
+  built-in with student code on the stack (or with ``self`` an instance of a student
+  class, for ``class Mine(nn.LayerNorm)``). It sees what the static scan cannot
+  (strings assembled at run time, objects fetched from ``globals()``).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import threading
+from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+REFERENCE = "attention_course"
+DYNAMIC_CALLS = {
+    "importlib.import_module": "imports a module by a name computed at run time",
+    "__import__": "imports a module by a name computed at run time",
+    "importlib.__import__": "imports a module by a name computed at run time",
+    "exec": "runs code from a string",
+    "eval": "runs code from a string",
+    "compile": "compiles code from a string",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One use of code that is not the student's, in a task's solution."""
+
+    task: str  # the task's id
+    kind: str  # "reference", "builtin" or "dynamic"
+    cell: int  # the notebook cell index (-1 for a dynamic finding)
+    line: int  # the line in that cell (1-based), 0 if unknown
+    what: str  # the resolved name, e.g. "attention_course.scaled_dot_product_attention"
+    code: str = ""  # the line of code
+
+    def message(self) -> str:
+        where = f"cell {self.cell}, line {self.line}: `{self.code}`" if self.cell >= 0 else ""
+        if self.kind == "reference":
+            text = f"the solution calls the reference `{self.what}` instead of its own code"
+        elif self.kind == "builtin":
+            text = f"the solution calls the built-in `{self.what}`, which is the answer itself"
+        elif self.kind == "called":
+            text = f"while it was checked, the solution called `{self.what}`"
+        else:
+            text = f"the solution {self.what}, which the grader cannot follow"
+        return text + (f" ({where})" if where else "")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------- static scan
+
+
+def _source(cell: Any) -> str:
+    """A code cell's source with IPython magics and shell lines blanked (same lines)."""
+    lines = []
+    for line in cell.get("source", "").splitlines():
+        stripped = line.lstrip()
+        lines.append("" if stripped.startswith(("%", "!")) else line)
+    return "\n".join(lines)
+
+
+def _dotted(node: ast.AST) -> list[str] | None:
+    """``a.b.c`` -> ["a", "b", "c"]; None for anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return [node.id, *reversed(parts)]
+    return None
+
+
+def _const_str(node: ast.AST | None) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+class _Notebook:
+    """What each code cell of a notebook defines and imports."""
+
+    def __init__(self, nb: Any, skip: set[int]):
+        self.trees: dict[int, ast.Module] = {}
+        self.lines: dict[int, list[str]] = {}
+        self.defs: dict[str, list[tuple[int, ast.AST]]] = {}  # top-level name -> nodes
+        for index, cell in enumerate(nb.cells):
+            if cell.get("cell_type") != "code" or index in skip:
+                continue
+            source = _source(cell)
+            try:
+                tree = ast.parse(source)
+            except (SyntaxError, ValueError):
+                continue
+            self.trees[index] = tree
+            self.lines[index] = source.splitlines()
+            for node in tree.body:
+                for name in _bound_names(node):
+                    self.defs.setdefault(name, []).append((index, node))
+
+    def aliases(self, cells: Iterable[int]) -> dict[str, str]:
+        """Module-level import aliases of ``cells``: local name -> dotted path."""
+        out: dict[str, str] = {}
+        for index in cells:
+            for node in ast.walk(self.trees.get(index, ast.Module(body=[]))):
+                out.update(_import_aliases(node))
+        return out
+
+
+def _bound_names(node: ast.AST) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return list(_import_aliases(node))
+    targets: list[ast.AST] = []
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+        targets = [node.target]
+    names = []
+    for target in targets:
+        for sub in ast.walk(target):
+            if isinstance(sub, ast.Name):
+                names.append(sub.id)
+    return names
+
+
+def _import_aliases(node: ast.AST) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.asname:
+                out[alias.asname] = alias.name
+            else:
+                top = alias.name.split(".")[0]
+                out[top] = top
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        for alias in node.names:
+            if alias.name != "*":
+                out[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return out
+
+
+def _resolve(parts: list[str], aliases: dict[str, str]) -> str:
+    head = aliases.get(parts[0])
+    return ".".join([head, *parts[1:]]) if head else ".".join(parts)
+
+
+def _normalise(path: str) -> str:
+    """Spellings of the same torch object: ``torch.nn.functional.x`` == ``F.x`` resolved."""
+    return path.replace("torch.nn.modules.", "torch.nn.").replace(
+        "torch.nn.normalization.", "torch.nn."
+    )
+
+
+def _matches_builtin(path: str, builtins: Sequence[str]) -> str | None:
+    path = _normalise(path)
+    for builtin in builtins:
+        if path == builtin or path.startswith(builtin + "."):
+            return builtin
+        # torch.nn.LayerNorm is also torch.nn.modules.normalization.LayerNorm
+        if builtin.startswith("torch.nn.") and path.startswith("torch.nn."):
+            if path.rsplit(".", 1)[-1] == builtin.rsplit(".", 1)[-1] and "functional" not in (
+                path + builtin
+            ):
+                return builtin
+    return None
+
+
+def scan_notebook(nb: Any, tasks: Sequence[dict]) -> dict[str, list[Finding]]:
+    """The findings of every task, by task id (tasks without findings are left out)."""
+    from .checks import CHECKERS
+
+    cell_index = {}
+    solution_cells = set()
+    check_cells = set()
+    for index, cell in enumerate(nb.cells):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("grade_id"):
+            cell_index[meta["grade_id"]] = index
+        if meta.get("solution"):
+            solution_cells.add(index)
+        elif meta.get("grade") and cell.get("cell_type") == "code":
+            check_cells.add(index)
+    for task in tasks:
+        if task.get("solution_cell") in cell_index:
+            solution_cells.add(cell_index[task["solution_cell"]])
+    book = _Notebook(nb, check_cells)
+    given_cells = [i for i in book.trees if i not in solution_cells]
+    given = book.aliases(given_cells)
+    everything = book.aliases(book.trees)
+
+    out: dict[str, list[Finding]] = {}
+    for task in tasks:
+        index = cell_index.get(task.get("solution_cell"))
+        if index is None or index not in book.trees:
+            continue
+        checker = CHECKERS.get(str(task.get("checker", "")).removeprefix("check_"))
+        builtins = tuple(getattr(checker, "answer_builtins", ()))
+        own = {task["name"], str(task.get("checker", "")).removeprefix("check_")}
+        allowed = {
+            path
+            for name, path in given.items()
+            if path.startswith(REFERENCE + ".") and name not in own and path.count(".") >= 1
+        }
+        findings = _scan_task(task, index, book, everything, allowed, builtins, own)
+        if findings:
+            out[task.get("id", task["name"])] = findings
+    return out
+
+
+def allowed_names(nb: Any, task: dict) -> list[str]:
+    """The reference names the notebook's given cells hand out, less the task's own."""
+    solution = set()
+    check = set()
+    for index, cell in enumerate(nb.cells):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("solution"):
+            solution.add(index)
+        elif meta.get("grade"):
+            check.add(index)
+    book = _Notebook(nb, check)
+    own = {task["name"], str(task.get("checker", "")).removeprefix("check_")}
+    given = book.aliases(i for i in book.trees if i not in solution)
+    names = {
+        path.rsplit(".", 1)[-1]
+        for path in given.values()
+        if path.startswith(REFERENCE + ".") and ".checks" not in path
+    }
+    return sorted(names - own)
+
+
+def dependencies(nb: Any, tasks: Sequence[dict]) -> dict[str, set[int]]:
+    """The cells whose top-level definitions each task's solution uses, transitively."""
+    cell_index = {
+        c.get("metadata", {}).get("nbgrader", {}).get("grade_id"): i for i, c in enumerate(nb.cells)
+    }
+    book = _Notebook(nb, set())
+    out = {}
+    for task in tasks:
+        index = cell_index.get(task.get("solution_cell"))
+        if index is None:
+            continue
+        seen_cells = {index}
+        for cell, _node in _closure(book, [(index, book.trees.get(index))]):
+            seen_cells.add(cell)
+        out[task.get("id", task["name"])] = seen_cells
+    return out
+
+
+def _closure(book: _Notebook, roots: list[tuple[int, ast.AST | None]]):
+    """(cell, node) for the roots and every top-level definition they use, transitively."""
+    todo = [(c, n) for c, n in roots if n is not None]
+    seen: set[int] = set()
+    while todo:
+        cell, node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield cell, node
+        local = _local_names(node)
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in local:
+                for def_cell, def_node in book.defs.get(sub.id, []):
+                    if not isinstance(def_node, (ast.Import, ast.ImportFrom)):
+                        todo.append((def_cell, def_node))
+
+
+def _local_names(node: ast.AST) -> set[str]:
+    """Names bound inside ``node`` (arguments, assignments, loop variables, inner defs):
+    a use of one of them is not a use of a notebook-level definition."""
+    names = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.arg):
+            names.add(sub.arg)
+        elif isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+            names.add(sub.id)
+        elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if sub is not node:
+                names.add(sub.name)
+    return names
+
+
+def _scan_task(
+    task: dict,
+    index: int,
+    book: _Notebook,
+    aliases: dict[str, str],
+    allowed: set[str],
+    builtins: Sequence[str],
+    own: set[str],
+) -> list[Finding]:
+    task_id = task.get("id", task["name"])
+    findings: dict[tuple, Finding] = {}
+
+    def add(kind: str, cell: int, node: ast.AST, what: str) -> None:
+        line = getattr(node, "lineno", 0)
+        code = book.lines[cell][line - 1].strip() if 0 < line <= len(book.lines[cell]) else ""
+        finding = Finding(task_id, kind, cell, line, what, code)
+        findings.setdefault((kind, what, cell, line), finding)
+
+    def check_path(path: str, cell: int, node: ast.AST) -> None:
+        if path == REFERENCE or path.startswith(REFERENCE + "."):
+            if path not in allowed or path.rsplit(".", 1)[-1] in own:
+                add("reference", cell, node, path)
+            return
+        builtin = _matches_builtin(path, builtins)
+        if builtin:
+            add("builtin", cell, node, builtin)
+
+    method_builtins = {b.rsplit(".", 1)[-1] for b in builtins if b.startswith("torch.Tensor.")}
+    for cell, root in _closure(book, [(index, book.trees[index])]):
+        local = dict(aliases)
+        bases = set()  # the `ac` of `ac.x`: judged with its attribute, not alone
+        for sub in ast.walk(root):
+            local.update(_import_aliases(sub))
+            if isinstance(sub, ast.Attribute):
+                bases.add(id(sub.value))
+        for sub in ast.walk(root):
+            if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                for path in _import_aliases(sub).values():
+                    check_path(path, cell, sub)
+            elif isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Load):
+                parts = _dotted(sub)
+                if parts is not None:
+                    check_path(_resolve(parts, local), cell, sub)
+                    if parts[0] == "sys" and parts[1:2] == ["modules"]:
+                        add("dynamic", cell, sub, "reads `sys.modules`")
+                if sub.attr in method_builtins and (parts is None or parts[0] not in local):
+                    add("builtin", cell, sub, f"torch.Tensor.{sub.attr}")
+            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+                if sub.id in local and id(sub) not in bases:
+                    check_path(local[sub.id], cell, sub)
+            if isinstance(sub, ast.Call):
+                _check_call(sub, cell, local, add, check_path)
+    return sorted(findings.values(), key=lambda f: (f.cell, f.line, f.kind))
+
+
+def _check_call(call: ast.Call, cell: int, aliases: dict[str, str], add, check_path) -> None:
+    parts = _dotted(call.func)
+    if parts is None:
+        return
+    path = _resolve(parts, aliases)
+    if path in ("importlib.import_module", "__import__", "importlib.__import__"):
+        name = _const_str(call.args[0]) if call.args else None
+        if name is None:
+            what = f"imports a module by a name computed at run time (`{path}`)"
+            add("dynamic", cell, call, what)
+        else:
+            check_path(name, cell, call)
+    elif path in ("exec", "eval", "compile"):
+        add("dynamic", cell, call, f"runs code from a string (`{path}`)")
+    elif path in ("getattr", "builtins.getattr") and len(call.args) >= 2:
+        target = _dotted(call.args[0])
+        if target is None:
+            return
+        module = _resolve(target, aliases)
+        if target[0] not in aliases:
+            return  # an object of the student's (self, a tensor): not a module
+        name = _const_str(call.args[1])
+        if name is None:
+            add("dynamic", cell, call, f"reads an attribute of `{module}` by a computed name")
+        else:
+            check_path(f"{module}.{name}", cell, call)
+
+
+# ---------------------------------------------------------------- dynamic watch
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_TRUSTED_SUBDIRS = tuple(
+    os.path.join(_PACKAGE_DIR, name) for name in ("checks", "grading.py", "quiz.py", "cheats.py")
+)
+
+
+def _resolve_object(path: str):
+    """The object a dotted path names, or None."""
+    import importlib
+
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return None
+        return obj
+    return None
+
+
+def _code_objects(obj) -> list:
+    if isinstance(obj, type):
+        codes = []
+        for name in ("__init__", "forward"):
+            fn = obj.__dict__.get(name)
+            if fn is not None and hasattr(fn, "__code__"):
+                codes.append(fn.__code__)
+        return codes
+    code = getattr(obj, "__code__", None)
+    return [code] if code is not None else []
+
+
+def _is_trusted(filename: str) -> bool:
+    return filename.startswith(_TRUSTED_SUBDIRS) or filename.startswith(_STDLIB)
+
+
+_STDLIB = os.path.dirname(os.path.abspath(threading.__file__)) + os.sep
+_TORCH_DIR = ""
+
+
+def _torch_dir() -> str:
+    global _TORCH_DIR
+    if not _TORCH_DIR:
+        import torch
+
+        _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    return _TORCH_DIR
+
+
+def _student_on_stack(frame) -> bool:
+    torch_dir = _torch_dir()
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith(torch_dir) or name.startswith(_PACKAGE_DIR) or _is_trusted(name)):
+            return not name.startswith("<frozen")
+        frame = frame.f_back
+    return False
+
+
+def _student_self(frame) -> bool:
+    obj = frame.f_locals.get("self")
+    module = type(obj).__module__ if obj is not None else ""
+    return bool(module) and not module.startswith(("torch", REFERENCE))
+
+
+@contextmanager
+def watch_calls(answer_builtins: Sequence[str] = (), allowed: Iterable[str] = ()):
+    """Record, in the yielded list, the reference and answer built-ins the student calls.
+
+    Entries are dotted names (``"attention_course.norms.LayerNorm"``,
+    ``"torch.nn.functional.scaled_dot_product_attention"``). Calls made by the checkers
+    themselves (the reference computing the expected output) are not recorded, nor
+    calls of the building blocks in ``allowed`` (names, e.g. ``"MultiHeadAttention"``).
+    """
+    allowed = set(allowed)
+    seen: list[str] = []
+    watched_c = {}
+    watched_code = {}
+    for path in answer_builtins:
+        obj = _resolve_object(path)
+        if obj is None:
+            continue
+        if callable(obj) and not hasattr(obj, "__code__") and not isinstance(obj, type):
+            watched_c[id(obj)] = path
+        for code in _code_objects(obj):
+            watched_code[code] = path
+    torch_dir = _torch_dir()
+
+    def profile(frame, event, arg):
+        if event == "c_call":
+            path = watched_c.get(id(arg))
+            if path and path not in seen and _student_on_stack(frame):
+                seen.append(path)
+            return
+        if event != "call":
+            return
+        code = frame.f_code
+        path = watched_code.get(code)
+        if path is not None:
+            if path not in seen and (_student_on_stack(frame.f_back) or _student_self(frame)):
+                seen.append(path)
+            return
+        name = code.co_filename
+        if name.startswith(_PACKAGE_DIR) and not _is_trusted(name):
+            caller = frame.f_back
+            while caller is not None and caller.f_code.co_filename.startswith(torch_dir):
+                caller = caller.f_back
+            if caller is None:
+                return
+            caller_name = caller.f_code.co_filename
+            if caller_name.startswith(_PACKAGE_DIR) or caller_name.startswith("<frozen"):
+                return
+            if caller_name.startswith(_STDLIB):
+                return
+            module = frame.f_globals.get("__name__", REFERENCE)
+            qualname = getattr(code, "co_qualname", code.co_name)
+            if qualname.split(".")[0] in allowed or code.co_name.startswith("<"):
+                return
+            what = f"{module}.{qualname}"
+            if what not in seen:
+                seen.append(what)
+
+    old = sys.getprofile()
+    sys.setprofile(profile)
+    threading.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(old)
+        threading.setprofile(None)

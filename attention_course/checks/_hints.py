@@ -1,0 +1,140 @@
+"""Hints in three tiers for a failing check: the concept, the chapter, what to change.
+
+``report.hint(1)`` gives the concept behind the target (written here per checker),
+``report.hint(2)`` the chapter that teaches it (``book/NN_name.ipynb``, and its page
+``book/NN_name.html`` in the built book), ``report.hint(3)`` what to change: the
+mistake the checker named ("Likely mistake: ...", "Hint: ...") or, for a mistake with
+hand-written tiers in `EXPLICIT`, the text written for it.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Tier 1 per checker target: the idea the task is about, in one or two sentences.
+CONCEPTS: dict[str, str] = {
+    "soft_argmax": "Soft-argmax is a softmax of beta * scores: exponentiate (after subtracting "
+    "the maximum, for stability) and divide by the sum along `dim`, so the result is "
+    "positive and sums to 1 there.",
+    "set_attention": "Attention over a set: each query's weights are the soft-argmax of its "
+    "scores against every element, and the output is the weighted average of the values.",
+    "additive_attention": "Additive (Bahdanau) attention scores a query and a key with a small "
+    "network, v^T tanh(W_q q + W_k k), then takes a masked softmax over the keys.",
+    "scaled_dot_product_attention": "Attention weights are softmax(Q K^T / sqrt(d_k)) over the "
+    "keys (the last axis), with masked positions excluded before the softmax; the output is "
+    "weights @ V.",
+    "causal_mask": "A causal mask lets position t attend to positions 0..t only: True on and "
+    "below the diagonal, with True meaning 'may attend'.",
+    "padding_mask": "A padding mask marks the real tokens of each sequence, True for "
+    "positions before its length, so attention ignores the padding.",
+    "split_heads": "Splitting heads reshapes (B, T, D) to (B, T, H, Dh) and moves the head "
+    "axis forward to (B, H, T, Dh), so each head attends independently.",
+    "merge_heads": "Merging heads undoes the split: (B, H, T, Dh) back to (B, T, H, Dh), then "
+    "concatenate the heads into (B, T, D).",
+    "multi_head_attention": "Multi-head attention projects queries, keys and values, splits "
+    "them into heads, runs scaled dot-product attention per head, merges the heads and "
+    "applies the output projection w_o.",
+    "layer_norm": "LayerNorm normalises each position over its features (the trailing "
+    "normalized_shape axes) with the biased variance and eps inside the square root, then "
+    "scales and shifts.",
+    "batch_norm": "BatchNorm normalises each feature over the batch: batch statistics in "
+    "training (updating the running averages with the unbiased variance), running statistics "
+    "in eval mode.",
+    "positionwise_feed_forward": "The position-wise feed-forward network applies the same "
+    "two-layer MLP, Linear -> activation -> dropout -> Linear, to every position.",
+    "sinusoidal_positional_encoding": "Sinusoidal encodings use sin on even and cos on odd "
+    "features, at frequencies 1 / 10000^(2i / d_model).",
+    "encoder_layer": "An encoder layer is self-attention then feed-forward, each wrapped in a "
+    "residual connection and a LayerNorm (after the sum, or before the sublayer with "
+    "norm_first).",
+    "decoder_layer": "A decoder layer is masked self-attention, cross-attention to the "
+    "encoder's memory, then feed-forward, each with a residual connection and a LayerNorm.",
+    "filter_logits": "Top-k keeps the k largest logits; top-p keeps the smallest set of most "
+    "likely tokens whose probability reaches p; the rest become -inf.",
+    "causal_self_attention": "Causal self-attention is multi-head attention of a sequence on "
+    "itself where token t sees tokens 0..t only.",
+    "attention_rollout": "Attention rollout multiplies, layer by layer, the attention matrices "
+    "with the identity added for the residual path and rows renormalised.",
+}
+
+# Mistakes with hand-written tiers: (a regular expression on the named mistake,
+# concept, what to change). Tier 2 is always the chapter.
+EXPLICIT: list[tuple[str, str, str]] = [
+    (
+        r"sqrt\(d_k\)|√d_k",
+        "Without the 1/sqrt(d_k) scale, the dot products grow with d_k and the softmax "
+        "saturates: nearly one-hot weights and vanishing gradients.",
+        "Multiply the scores Q K^T by `scale`, which defaults to 1 / sqrt(d_k) with "
+        "d_k = query.size(-1).",
+    ),
+    (
+        r"softmax over the (wrong|query|first)|dim=-2|over the queries",
+        "Each query distributes its attention over the keys, so the weights of one query "
+        "(one row) must sum to 1.",
+        "Take the softmax along the last axis, the keys: `scores.softmax(dim=-1)`.",
+    ),
+    (
+        r"unbiased",
+        "Normalisation layers divide by the biased variance (mean of squared deviations, "
+        "divide by N), as the papers and PyTorch do.",
+        "Use `((x - mean) ** 2).mean(...)` or `x.var(..., unbiased=False)`.",
+    ),
+    (
+        r"sin and cos|cos and sin|swapped",
+        "The even features carry sines and the odd features cosines of the same frequency.",
+        "Write `pe[:, 0::2] = torch.sin(angles)` and `pe[:, 1::2] = torch.cos(angles)`.",
+    ),
+    (
+        r"eps is missing",
+        "eps keeps the division finite when a variance is zero; it goes inside the square root.",
+        "Divide by `torch.sqrt(var + eps)`, not `torch.sqrt(var) + eps` or `torch.sqrt(var)`.",
+    ),
+]
+
+
+def _named(message: str) -> str:
+    """The mistake or hint lines of a case message (tier 3's material)."""
+    lines = [
+        line.strip()
+        for line in message.splitlines()
+        if line.strip().startswith(("Likely mistake:", "Hint:"))
+    ]
+    return "\n".join(lines)
+
+
+def chapter_of(target: str) -> str | None:
+    """``"04_scaled_dot_product"`` for ``"scaled_dot_product_attention"``: the chapter that
+    teaches the target (the chapters and exercises share their names), from the registry."""
+    from . import _registry
+
+    for checker in _registry.REGISTRY:
+        if checker.target == target:
+            return getattr(checker.check, "chapter", None) or checker.exercise
+    return None
+
+
+def hint(target: str, message: str, tier: int) -> str:
+    """The ``tier`` (1, 2 or 3) hint for a failing case of ``check_<target>`` whose message
+    is ``message``."""
+    if tier not in (1, 2, 3):
+        raise ValueError(f"tier: got {tier!r}, expected 1, 2 or 3")
+    named = _named(message)
+    explicit = next((e for e in EXPLICIT if named and re.search(e[0], named, re.IGNORECASE)), None)
+    if tier == 1:
+        if explicit:
+            return explicit[1]
+        return CONCEPTS.get(target, f"Re-read what `{target}` computes in its chapter.")
+    if tier == 2:
+        chapter = chapter_of(target)
+        if chapter is None:
+            return f"The chapter that introduces `{target}` (see the book's contents)."
+        return (
+            f"Chapter {chapter.replace('_', ' ', 1)}: book/{chapter}.ipynb "
+            f"(in the built book: book/{chapter}.html)"
+        )
+    if explicit:
+        return explicit[2] + (f"\n{named}" if named else "")
+    if named:
+        return named
+    first = message.strip().splitlines()
+    return first[0] if first else "Compare your code with the formula in the chapter."

@@ -1,0 +1,159 @@
+"""Chapter 16's study: chapter 13's GPT block against the "Llama-style" block.
+
+Run from the repository root (seeded; the losses are reproducible on one machine)::
+
+    OMP_NUM_THREADS=1 python scripts/study_modern_block.py            # the committed JSON
+    python scripts/study_modern_block.py --quick --out /tmp/m.json     # a smoke test
+
+Every configuration is a :class:`attention_course.GPT` of two layers, ``d_model=64``,
+four query heads, character-level on :func:`attention_course.data.python_docs`
+(first 90 % to train, last 10 % held out). Each one changes chapter 13's block
+(learned positions, LayerNorm, GELU feed-forward of width ``4 * d_model``, four
+key/value heads) in one respect, and the last one in all of them at once:
+
+- ``rms``: RMSNorm instead of LayerNorm;
+- ``swiglu``: a SwiGLU feed-forward network instead of GELU;
+- ``rope``: rotary positions instead of learned ones;
+- ``gqa``: two key/value heads shared by the four query heads;
+- ``llama``: all four (``pos="rope", norm="rms", ffn="swiglu", num_kv_heads=2``).
+
+Parameter counts are matched: each configuration's feed-forward width ``d_ff`` is the
+one that brings its parameter count closest to the baseline's (the script records both
+counts; they differ by well under 1 %). Every configuration is trained with the same
+seeds, on the same batches (the batches depend only on the seed), for the same number of
+AdamW steps with the same learning-rate schedule (:func:`train_language_model`), then
+scored on the whole held-out text (:func:`evaluate_lm`). Tokens per second is the
+training throughput of that run on the machine that ran it (recorded in the JSON, with
+the number of threads torch used). The runs go one after another, configuration by
+configuration and seed by seed; the committed JSON's ran on one thread each, on a
+two-core machine shared with other jobs, so the load, and with it the throughput,
+varied from run to run: compare the runs of one configuration before reading a
+difference between configurations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from attention_course import GPT, CharTokenizer, count_parameters, seed_everything
+from attention_course.data import python_docs, split_text
+from attention_course.train import evaluate_lm, train_language_model
+
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "book" / "data" / "modern_block.json"
+BASE = {"d_model": 64, "num_heads": 4, "num_layers": 2, "max_len": 64}
+# name -> the GPT options that differ from chapter 13's block (d_ff is matched later)
+CONFIGS = {
+    "gpt13": {},
+    "rms": {"norm": "rms"},
+    "swiglu": {"ffn": "swiglu"},
+    "rope": {"pos": "rope"},
+    "gqa": {"num_kv_heads": 2},
+    "llama": {"pos": "rope", "norm": "rms", "ffn": "swiglu", "num_kv_heads": 2},
+}
+FULL = {"steps": 800, "batch_size": 32, "context": 64, "lr": 3e-3, "seeds": [0, 1]}
+QUICK = {"steps": 4, "batch_size": 4, "context": 64, "lr": 3e-3, "seeds": [0]}
+
+
+def matched_d_ff(vocab_size: int, options: dict, target: int) -> int:
+    """The feed-forward width that brings ``GPT(**BASE, **options)`` closest to ``target``
+    parameters (the count is linear in ``d_ff``: two evaluations find the line)."""
+    count = {f: count_parameters(GPT(vocab_size, **BASE, **options, d_ff=f)) for f in (1, 2)}
+    slope = count[2] - count[1]
+    return max(1, round(1 + (target - count[1]) / slope))
+
+
+SCHEDULE = (
+    "one run after another, configuration by configuration, seeds in order; "
+    "throughput depends on the load of the machine at the time of each run"
+)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a few steps, one seed")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    training = QUICK if args.quick else FULL
+
+    text = python_docs()
+    tokenizer = CharTokenizer(text)
+    ids = tokenizer.encode(text)
+    train_ids, val_ids = split_text(ids, 0.1)
+    V = tokenizer.vocab_size
+    target = count_parameters(GPT(V, **BASE))
+
+    results = {}
+    for name, options in CONFIGS.items():
+        d_ff = 4 * BASE["d_model"] if not options else matched_d_ff(V, options, target)
+        runs = []
+        for seed in training["seeds"]:
+            seed_everything(seed)
+            model = GPT(V, **BASE, **options, d_ff=d_ff)
+            run = train_language_model(
+                model,
+                train_ids,
+                val_ids,
+                steps=training["steps"],
+                batch_size=training["batch_size"],
+                context=training["context"],
+                lr=training["lr"],
+                eval_every=training["steps"],
+                eval_tokens=4096,
+                seed=seed,
+                progress=False,
+            )
+            start = time.perf_counter()
+            val = evaluate_lm(model, val_ids, context=training["context"])
+            eval_seconds = time.perf_counter() - start
+            runs.append(
+                {
+                    "seed": seed,
+                    "val_loss": val,
+                    "final_train_loss": sum(run["train_loss"][-50:]) / len(run["train_loss"][-50:]),
+                    "train_seconds": run["seconds"],
+                    "tokens_per_second": run["tokens"] / run["seconds"],
+                    "eval_seconds": eval_seconds,
+                }
+            )
+            print(
+                f"{name:7} d_ff={d_ff:4} seed {seed}: held-out {val:.4f} nats/char, "
+                f"{run['tokens'] / run['seconds']:,.0f} tokens/s",
+                flush=True,
+            )
+        results[name] = {
+            "options": options,
+            "d_ff": d_ff,
+            "parameters": count_parameters(model),
+            "runs": runs,
+        }
+
+    data = {
+        "base": BASE,
+        "training": training,
+        "vocab_size": V,
+        "train_chars": len(train_ids),
+        "val_chars": len(val_ids),
+        "uniform_loss": math.log(V),
+        "machine": {
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "schedule": SCHEDULE,
+            "processor": platform.processor() or platform.machine(),
+        },
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return data
+
+
+if __name__ == "__main__":
+    main()

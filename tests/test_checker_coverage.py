@@ -112,7 +112,7 @@ REQUIRED_MODES: dict[str, set[str]] = {
         "period=1",
     },
     "find_induction_head": {"trained", "permuted", "period"},
-    "ablation_effect": {"induction head", "previous-token head", "permuted"},
+    "ablation_effect": {"induction head", "previous-token head", "permuted", "negative change"},
 }
 
 EXEMPT: dict[tuple[str, str], str] = {

@@ -106,3 +106,26 @@ def test_train_induction_model_returns_fresh_copies_of_one_training():
     c = train_induction_model(seed=3, num_steps=2)
     assert torch.equal(c.blocks[0].attn.w_o.weight, b.blocks[0].attn.w_o.weight)
     assert all(block.ffn is None for block in c.blocks)
+
+
+def _first_failure(report) -> str:
+    return next(r.message for r in report.results if not r.passed)
+
+
+def test_find_checker_accepts_zero_dim_tensors_and_names_the_first_mistake():
+    import os
+    import sys
+
+    from attention_course.checks import check_find_induction_head, check_induction_scores
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from buggy.interpret import find_argmin, find_divmod_by_layers, induction_transposed
+
+    def as_tensors(model, ids, period):
+        layer, head = find_induction_head(model, ids, period)
+        return torch.tensor(layer), torch.tensor(head)
+
+    assert check_find_induction_head(as_tensors).passed
+    assert "lowest" in _first_failure(check_find_induction_head(find_argmin))
+    assert "num_heads" in _first_failure(check_find_induction_head(find_divmod_by_layers))
+    assert "transposed" in _first_failure(check_induction_scores(induction_transposed))

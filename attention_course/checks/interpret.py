@@ -4,6 +4,8 @@ layer down to the first."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from attention_course import interpret as ref
@@ -230,15 +232,41 @@ def check_attention_rollout(candidate) -> list[Case]:
 # ================================================================ induction_scores
 
 
-def _induction_mistakes(weights: torch.Tensor, period: int):
+def _induction_mistakes(weights: torch.Tensor, period: int, candidate=None):
     w = weights.detach()
     T = w.shape[-1]
+
+    def reads_transposed() -> bool:
+        # On causal weights, the entries above the diagonal (the transposed read) and the
+        # weight on i - period are both all zeros. Telling them apart: on the transposed
+        # weights (zero below the diagonal) only a read above the diagonal finds weight.
+        if candidate is None or period >= T or w.triu(1).any():
+            return False
+        try:
+            got = candidate(w.transpose(-2, -1).clone(), period)
+            return bool(isinstance(got, torch.Tensor) and got.detach().abs().max() > 1e-6)
+        except Exception:  # noqa: BLE001 - a probe that fails says nothing
+            return False
+
+    def transposed():
+        return torch.diagonal(w, offset=period - 1, dim1=-2, dim2=-1)[..., :-1].mean(dim=(0, 2))
+
+    transposed_read = (
+        "your score reads the transposed entries w[..., i - period + 1, i] (key first), "
+        "above the diagonal, where causal weights are 0: rows are queries, columns keys, "
+        "so the entry is w[..., i, i - period + 1] "
+        "(`torch.diagonal(w, offset=-(period - 1), dim1=-2, dim2=-1)`)"
+    )
 
     def diagonal_mean(offset: int, skip: int, dims=(0, 2)):
         d = torch.diagonal(w, offset=-offset, dim1=-2, dim2=-1)[..., skip:]
         return d.mean(dim=dims)
 
     return [
+        (  # all zeros on causal weights, like several other reads: first ask the student
+            transposed_read,
+            lambda: torch.zeros_like(w[0, :, 0, 0]) if reads_transposed() else None,
+        ),
         (
             "your score reads the weight on i - period, the previous occurrence of the same "
             "token (a duplicate-token head), not the token after it: the induction offset is "
@@ -270,14 +298,27 @@ def _induction_mistakes(weights: torch.Tensor, period: int):
             ),
         ),
         (
-            "your score reads the transposed entries w[..., i - period + 1, i] (key first): "
-            "rows are queries, columns keys, so the entry is w[..., i, i - period + 1]",
-            lambda: (
-                torch.diagonal(w, offset=period - 1, dim1=-2, dim2=-1)[..., :-1].mean(dim=(0, 2))
-                if period < T
-                else None
+            "your score sums over the batch and the positions: take the mean over "
+            "i = period .. T - 1 and the batch",
+            lambda: torch.diagonal(w, offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:].sum(
+                dim=(0, 2)
             ),
         ),
+        (
+            "your scores are per sequence, shape (B, H): average over the batch too (dim 0)",
+            lambda: diagonal_mean(period - 1, 1, dims=(2,)),
+        ),
+        (
+            "you averaged over the heads, shape (T - period,): keep one score per head and "
+            "average over the batch and the query positions (dims 0 and 2)",
+            lambda: diagonal_mean(period - 1, 1, dims=(0, 1)),
+        ),
+        (
+            "these are the weights on i - 1 (the previous-token score): the induction offset "
+            "is i - period + 1",
+            lambda: diagonal_mean(1, 0) if period != 2 else None,
+        ),
+        (transposed_read, lambda: transposed() if period < T else None),
     ]
 
 
@@ -300,7 +341,7 @@ def _induction_case(candidate, kind, B, H, T, period, *, seed=0, dtype=torch.flo
         expected = ref.induction_scores(w.clone(), period)
         what = f"induction_scores(weights {tuple(w.shape)} {str(dtype)[6:]}, period={period})"
         got = call_student(candidate, w, period, what=what, arg_names=["weights"])
-        mistakes = _induction_mistakes(w, period)
+        mistakes = _induction_mistakes(w, period, candidate)
         expect_close(got, expected, f"the scores of {what}", mistakes=mistakes)
         if value is not None:  # the case's closed form, stated in the message
             return value(expected)
@@ -356,6 +397,7 @@ def check_induction_scores(candidate) -> list[Case]:
 # it at its top, so in the grader's kernel it is already there) and recompute the answer.
 
 _PERIOD = 16
+_TIE = 0.01  # heads whose induction scores are this close to the best are all accepted
 
 
 def _trained():
@@ -386,6 +428,10 @@ def _variant(name: str):
     if name == "permuted":
         _permute_heads(model, 1, [2, 3, 0, 1])
         _permute_heads(model, 0, [1, 0, 3, 2])
+    if name == "harmful":  # head (1, 0)'s output negated: it now hurts, removing it helps
+        Dh = model.d_model // model.num_heads
+        with torch.no_grad():
+            model.blocks[1].attn.w_o.weight[:, :Dh].neg_()
     return model
 
 
@@ -402,8 +448,17 @@ def _scores(model, ids, period, offset):
 def _as_layer_head(got, what: str) -> tuple[int, int]:
     from numbers import Integral
 
-    if isinstance(got, torch.Tensor) and got.numel() == 2:
+    def integer(v):  # Python and numpy ints, and one-element integer tensors, all count
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            if v.dtype.is_floating_point or v.dtype.is_complex or v.dtype == torch.bool:
+                return v
+            return int(v.item())
+        return v
+
+    if isinstance(got, torch.Tensor) and got.numel() == 2 and not got.dtype.is_floating_point:
         got = tuple(int(v) for v in got.reshape(-1).tolist())
+    if isinstance(got, (tuple, list)):
+        got = tuple(integer(v) for v in got)
     if (
         not isinstance(got, (tuple, list))
         or len(got) != 2
@@ -430,18 +485,39 @@ def _find_case(candidate, variant: str, period: int):
     def run():
         model = _variant(variant)
         ids = _eval_ids(period)
+        L, H = model.num_layers, model.num_heads
+        # The expected answer is recomputed on the very model passed to the student's
+        # function. Several layer-2 heads of this model are induction heads, and two of
+        # them can score within a few thousandths of each other (period 12: 0.676 and
+        # 0.674): every head within _TIE of the best is accepted, as the task says.
+        induction = _scores(model, ids, period, period - 1)
+        near_best = (induction.flatten() >= induction.max() - _TIE).nonzero()
+        accepted = [divmod(int(k), H) for k in near_best]
         expected = ref.find_induction_head(model, ids, period)
         before = _state(model)
         what = f"find_induction_head(model, ids, period={period})"
         got = _as_layer_head(call_student(candidate, model, ids, period, what=what), what)
         _expect_unchanged(model, before, what)
-        if got == expected:  # no numbers in the message: they come from a training run
+        if got in accepted:  # no numbers in the message: they come from a training run
             return None
-        L, H = model.num_layers, model.num_heads
-        induction = _scores(model, ids, period, period - 1)
         previous = _scores(model, ids, period, 1)
         duplicate = _scores(model, ids, period, period)
         message = f"{what} returned {got}, expected {expected} (0-based layer, head)"
+        if len(accepted) > 1:
+            message += f" or any of {accepted} (within {_TIE} of the best score)"
+        flat = int(induction.argmax())
+        one_based = (expected[0] + 1, expected[1])
+        by_layers = divmod(flat, L)  # the flat argmax unflattened with the number of layers
+        lowest = (
+            0 <= got[0] < L and 0 <= got[1] < H and bool(induction[got] <= induction.min() + 1e-6)
+        )
+        if got == one_based and got == by_layers:
+            raise CaseFailed(
+                f"{message}: layer {got[0]} does not exist (the model has {L} layers, "
+                f"0 .. {L - 1}).\nLikely mistake: layers counted from 1 (layers are 0-based: "
+                "model.blocks[layer]), or the flat argmax of the (L, H) scores unflattened "
+                "with the number of layers: `divmod(index, num_heads)` gives (layer, head)"
+            )
         named = [
             (
                 divmod(int(previous.argmax()), H),
@@ -453,12 +529,17 @@ def _find_case(candidate, variant: str, period: int):
                 "that head has the highest weight on i - period (off by one): the induction "
                 "head attends to the token *after* the previous occurrence, i - period + 1",
             ),
-            ((expected[0] + 1, expected[1]), "layers are 0-based: model.blocks[layer]"),
-            ((expected[1], expected[0]), "the answer is (layer, head), in that order"),
+            (one_based, "layers are 0-based: model.blocks[layer]"),
             (
-                divmod(int(induction.argmin()), H),
-                "that head has the *lowest* induction score: take the argmax",
+                by_layers,
+                "you unflattened the argmax of the (L, H) scores with the number of layers; "
+                "`divmod(index, num_heads)` gives (layer, head)",
             ),
+            (
+                got if lowest else None,
+                "that head has the *lowest* induction score: take the argmax, not the argmin",
+            ),
+            ((expected[1], expected[0]), "the answer is (layer, head), in that order"),
         ]
         for answer, why in named:
             if got == answer:
@@ -540,6 +621,12 @@ def _ablation_mistakes(model, ids, period, layer, head):
         w_o.data[head * Dh : (head + 1) * Dh] = saved
     return [
         (
+            "the change here is negative (this head's output is negated, so it hurts and "
+            "removing it lowers the loss), and your value has the opposite sign: return "
+            "after - before with its sign, no abs()",
+            abs(after - before) if after < before else None,
+        ),
+        (
             "the sign is reversed: return the loss with the head ablated minus the loss of "
             "the intact model (positive when the head helps)",
             before - after,
@@ -566,6 +653,17 @@ def _ablation_mistakes(model, ids, period, layer, head):
             rows_after - before,
         ),
         ("you returned the ratio after / before, not the difference", after / before),
+        ("you returned log(after / before), not the difference", math.log(after / before)),
+        (
+            "your change is in bits (divided by ln 2): the task's loss is in nats, "
+            "cross-entropy with the natural log",
+            (after - before) / math.log(2),
+        ),
+        (
+            "your value is the effect of ablating the same head in layer "
+            f"{layer - 1}: layers are 0-based (model.blocks[layer])",
+            ref.ablation_effect(model, ids, period, layer - 1, head) if layer >= 1 else None,
+        ),
     ]
 
 
@@ -593,7 +691,7 @@ def _ablation_case(candidate, variant: str, which: str):
         message = f"{what} returned {value:.4f}, expected {expected:.4f} nats"
         model.load_state_dict(before)
         for why, wrong in _ablation_mistakes(model, ids, _PERIOD, layer, head):
-            if abs(value - wrong) <= 1e-3 + 1e-3 * abs(wrong):
+            if wrong is not None and abs(value - wrong) <= 1e-3 + 1e-3 * abs(wrong):
                 raise CaseFailed(f"{message}.\nLikely mistake: {why}")
         raise CaseFailed(
             f"{message}.\nHint: zero w_o.weight[:, head*Dh:(head+1)*Dh] of that layer, take "
@@ -633,5 +731,11 @@ def check_ablation_effect(candidate) -> list[Case]:
             "ablating layer 0, head 2",
             _ablation_case(candidate, "trained", "0,2"),
             covers=frozenset({"other head"}),
+        ),
+        Case(
+            "a head that hurts (layer 1, head 0 with its output negated): removing it lowers "
+            "the loss, so the change is negative",
+            _ablation_case(candidate, "harmful", "1,0"),
+            covers=frozenset({"negative change"}),
         ),
     ]

@@ -180,6 +180,18 @@ def find_hard_coded(model, ids, period):
     return (1, 0)
 
 
+def find_argmin(model, ids, period):
+    """Takes the argmin of the induction scores."""
+    scores = _layer_scores(model, ids, period - 1, 1)
+    return divmod(int(scores.argmin()), scores.shape[1])
+
+
+def find_divmod_by_layers(model, ids, period):
+    """Unflattens the (L, H) argmax with the number of layers instead of heads."""
+    scores = _layer_scores(model, ids, period - 1, 1)
+    return divmod(int(scores.argmax()), scores.shape[0])
+
+
 def _second_half(model, ids, period, start=None):
     logits = model(ids)
     V = logits.shape[-1]
@@ -250,6 +262,17 @@ def ablation_whole_layer(model, ids, period, layer, head):
     return after - before
 
 
+@torch.no_grad()
+def ablation_abs(model, ids, period, layer, head):
+    """Returns abs(after - before): right whenever the head helps, wrong when it hurts."""
+    before = _second_half(model, ids, period)
+    saved = model.blocks[layer].attn.w_o.weight.data.clone()
+    _zero_columns(model, layer, head)
+    after = _second_half(model, ids, period)
+    model.blocks[layer].attn.w_o.weight.data.copy_(saved)
+    return abs(after - before)
+
+
 CATALOGUE += [
     ("induction_scores", "off by one", induction_off_by_one, "not the token after it"),
     (
@@ -265,6 +288,14 @@ CATALOGUE += [
     ("find_induction_head", "off by one", find_off_by_one, "off by one"),
     ("find_induction_head", "1-based layer", find_one_based, "layers are 0-based"),
     ("find_induction_head", "hard-coded", find_hard_coded, "an answer fixed in advance"),
+    ("find_induction_head", "argmin", find_argmin, "the *lowest* induction score"),
+    (
+        "find_induction_head",
+        "divmod by layers",
+        find_divmod_by_layers,
+        "`divmod(index, num_heads)` gives (layer, head)",
+    ),
+    ("ablation_effect", "abs of the change", ablation_abs, "no abs()"),
     ("ablation_effect", "reversed sign", ablation_reversed, "the sign is reversed"),
     ("ablation_effect", "not restored", ablation_not_restored, "left the model changed"),
     (

@@ -101,6 +101,37 @@ def _mistakes(attentions):
                 _product([w.mean(dim=1) for w in layers])
             ),
         ),
+        (
+            "your rollout is transposed: R[b, i, j] is how much of input token j reaches "
+            "output position i, so row i (not column i) is a distribution over inputs",
+            lambda: _product([_augment(w) for w in layers]).transpose(-2, -1),
+        ),
+        (
+            "your rollout averages the layers' matrices instead of multiplying them: "
+            "R = A_L @ ... @ A_1",
+            lambda: torch.stack([_augment(w) for w in layers]).mean(dim=0),
+        ),
+        (
+            "your rollout divides every layer by the first layer's number of heads: each "
+            "layer has its own number of heads, so average each over its own dim 1 "
+            "(`w.mean(dim=1)`)",
+            lambda: (
+                _product([_augment(w * w.shape[1] / layers[0].shape[1]) for w in layers])
+                if any(w.shape[1] != layers[0].shape[1] for w in layers)
+                else None
+            ),
+        ),
+        (
+            "your rollout is the same for every batch element: average over the heads only "
+            "(dim 1), not over the batch too",
+            lambda: (
+                _product([_augment(w.mean(dim=0, keepdim=True)) for w in layers]).expand_as(
+                    _product([_augment(w) for w in layers])
+                )
+                if layers[0].shape[0] > 1
+                else None
+            ),
+        ),
     ]
 
 

@@ -83,7 +83,33 @@ def rollout_in_place(attentions):
     return result
 
 
+def rollout_transposed(attentions):
+    """Returns R transposed: columns, not rows, are the distributions over inputs."""
+    result = None
+    for w in attentions:
+        result = _layer(w) if result is None else _layer(w) @ result
+    return result.transpose(-2, -1)
+
+
+def rollout_first_layer_heads(attentions):
+    """Divides every layer's head sum by the first layer's number of heads."""
+    H = attentions[0].shape[1]
+    result = None
+    for w in attentions:
+        a = w.sum(dim=1) / H + torch.eye(w.shape[-1], dtype=w.dtype)
+        a = a / a.sum(dim=-1, keepdim=True)
+        result = a if result is None else a @ result
+    return result
+
+
 CATALOGUE = [
+    ("attention_rollout", "transposed", rollout_transposed, "your rollout is transposed"),
+    (
+        "attention_rollout",
+        "first layer's head count",
+        rollout_first_layer_heads,
+        "its own number of heads",
+    ),
     ("attention_rollout", "no identity", rollout_no_identity, "forgets the identity"),
     (
         "attention_rollout",

@@ -549,6 +549,23 @@ def _find_case(candidate, variant: str, period: int):
                 "model.blocks[layer]), or the flat argmax of the (L, H) scores unflattened "
                 "with the number of layers: `divmod(index, num_heads)` gives (layer, head)"
             )
+        if got == (expected[1], expected[0]) and lowest:
+            raise CaseFailed(
+                f"{message}.\nLikely mistake: the answer is (layer, head), in that order; or "
+                "you took the argmin (that head has the *lowest* induction score)"
+            )
+        T = ids.shape[1]
+        wrong_period = [
+            (divmod(int(_scores(model, ids, p, p - 1).argmax()), H), p)
+            for p in (_PERIOD,)
+            if p != period and p < T
+        ]
+        for answer, p in wrong_period:
+            if got == answer:
+                raise CaseFailed(
+                    f"{message}.\nLikely mistake: your answer is the one for period {p}: score "
+                    "with the `period` argument, not a fixed value"
+                )
         named = [
             (
                 divmod(int(previous.argmax()), H),
@@ -685,6 +702,11 @@ def _ablation_mistakes(model, ids, period, layer, head):
         ),
         ("you returned the ratio after / before, not the difference", after / before),
         ("you returned log(after / before), not the difference", math.log(after / before)),
+        (
+            'your losses are sums over the predicted tokens (`reduction="sum"`), not means: '
+            "use second_half_loss, the mean cross-entropy",
+            (after - before) * ids.shape[0] * (period - 1),
+        ),
         (
             "your change is in bits (divided by ln 2): the task's loss is in nats, "
             "cross-entropy with the natural log",

@@ -299,7 +299,40 @@ def ablation_abs(model, ids, period, layer, head):
     return abs(after - before)
 
 
+@torch.no_grad()
+def ablation_in_bits(model, ids, period, layer, head):
+    """Divides the change by ln 2 (bits, not nats)."""
+    import math
+
+    before = _second_half(model, ids, period)
+    saved = model.blocks[layer].attn.w_o.weight.data.clone()
+    _zero_columns(model, layer, head)
+    after = _second_half(model, ids, period)
+    model.blocks[layer].attn.w_o.weight.data.copy_(saved)
+    return (after - before) / math.log(2)
+
+
+@torch.no_grad()
+def ablation_layer_below(model, ids, period, layer, head):
+    """Thinks 1-based: ablates model.blocks[layer - 1]."""
+    before = _second_half(model, ids, period)
+    saved = model.blocks[layer - 1].attn.w_o.weight.data.clone()
+    _zero_columns(model, layer - 1, head)
+    after = _second_half(model, ids, period)
+    model.blocks[layer - 1].attn.w_o.weight.data.copy_(saved)
+    return after - before
+
+
+def find_fixed_period(model, ids, period):
+    """Scores with the notebook's PERIOD = 16 whatever `period` says."""
+    scores = _layer_scores(model, ids, 15, 1)
+    return divmod(int(scores.argmax()), scores.shape[1])
+
+
 CATALOGUE += [
+    ("ablation_effect", "bits", ablation_in_bits, "your change is in bits"),
+    ("ablation_effect", "layer below", ablation_layer_below, "layers are 0-based"),
+    ("find_induction_head", "fixed period", find_fixed_period, "the one for period 16"),
     ("induction_scores", "off by one", induction_off_by_one, "not the token after it"),
     (
         "induction_scores",

@@ -29,7 +29,7 @@ from .positions import alibi_causal_mask, apply_rope
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 NORMS = ("layer", "rms")
-FFNS = ("relu", "gelu", "swiglu")
+FFNS = ("relu", "gelu", "swiglu", "none")  # "none": attention-only blocks (chapter 17)
 # Absolute positions are added to the embeddings: the model cannot go beyond max_len.
 ABSOLUTE_POSITIONS = ("learned", "sinusoidal")
 
@@ -207,15 +207,19 @@ class GPTBlock(nn.Module):
             window=window,
             max_len=max_len,
         )
-        self.norm2 = make_norm(norm, d_model)
-        self.ffn = make_ffn(ffn, d_model, d_ff, dropout)
+        if ffn == "none":  # attention-only (chapter 17): no FFN, so no norm before it
+            self.norm2, self.ffn = nn.Identity(), None
+        else:
+            self.norm2 = make_norm(norm, d_model)
+            self.ffn = make_ffn(ffn, d_model, d_ff, dropout)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x, mask=None, need_weights: bool = False, cache=None):
         a = self.attn(self.norm1(x), need_weights=need_weights, cache=cache, mask=mask)
         a, weights = a if need_weights else (a, None)
         x = x + self.dropout(a)
-        x = x + self.dropout(self.ffn(self.norm2(x)))
+        if self.ffn is not None:
+            x = x + self.dropout(self.ffn(self.norm2(x)))
         return (x, weights) if need_weights else x
 
 
@@ -261,12 +265,16 @@ class GPT(nn.Module):
       LLaMA's ``2/3 * 4 * d_model`` rounded up to a multiple of 8 (``d_model=128 ->
       344``), which keeps the FFN's weights close to a ``4 * d_model`` GELU FFN's;
       the other FFNs default to ``4 * d_model``.
+    - ``ffn="none"`` (chapter 17): an attention-only model (Elhage et al., 2021, "A
+      Mathematical Framework for Transformer Circuits"): each block is
+      ``x + attn(norm1(x))`` alone; its ``ffn`` is None and ``norm2`` an ``nn.Identity``
+      (``d_ff`` is ignored).
 
     Implemented: ``pos`` "learned", "sinusoidal", "none" (chapter 13), "rope" and "alibi"
     (chapter 14, inside attention: see :class:`CausalSelfAttention`); ``num_kv_heads``
     (grouped keys and values) and ``window`` (sliding-window attention, with a rolling
     KV cache from :meth:`new_cache`) (chapter 15); ``norm`` "layer" and "rms", ``ffn``
-    "relu", "gelu" and "swiglu" (chapter 16).
+    "relu", "gelu" and "swiglu" (chapter 16); ``ffn="none"`` (chapter 17).
 
     ``forward(ids, return_attention=True)`` also returns a list with each layer's
     attention weights ``(B, H, T, S)``. With ``cache`` (from :meth:`new_cache`) ``ids``
@@ -406,6 +414,8 @@ class GPT(nn.Module):
             self.tok_emb.weight.mul_(self.d_model**-0.5 / 0.02)
         for block in self.blocks:
             nn.init.normal_(block.attn.w_o.weight, 0.0, residual_std)
+            if block.ffn is None:  # attention-only
+                continue
             down = block.ffn.w2 if self.ffn_type == "swiglu" else block.ffn.linear2
             nn.init.normal_(down.weight, 0.0, residual_std)
 

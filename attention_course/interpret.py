@@ -126,3 +126,114 @@ def induction_scores(weights: torch.Tensor, period: int) -> torch.Tensor:
     # has not occurred before).
     diag = torch.diagonal(w, offset=-(period - 1), dim1=-2, dim2=-1)  # (B, H, T - period + 1)
     return diag[..., 1:].mean(dim=(0, 2))  # (B, H, T - period) -> (H,)
+
+
+# ---------------------------------------------------------------- chapter 17: find the head
+
+
+def second_half_loss(model, ids: torch.Tensor, period: int) -> torch.Tensor:
+    """The cross-entropy of ``model`` on the predictable half of repeated sequences.
+
+    ``ids (B, 2 * period)`` repeat with ``period`` (:func:`~attention_course.data.repeated_tokens`).
+    The logits at positions ``period .. 2 * period - 2`` predict tokens
+    ``period + 1 .. 2 * period - 1``, each of which occurred ``period`` positions earlier,
+    after the same token: an induction head can copy them. (The prediction of token
+    ``period``, the first repeated one, is left out: nothing says the sequence restarts.)
+    Returns a scalar tensor (mean over the batch and those positions).
+    """
+    import torch.nn.functional as F
+
+    logits = model(ids)  # (B, T, V)
+    V = logits.shape[-1]
+    return F.cross_entropy(logits[:, period:-1].reshape(-1, V), ids[:, period + 1 :].reshape(-1))
+
+
+class ablate_heads:  # noqa: N801 - used as a context manager, like torch.no_grad
+    """Zero the outputs of the heads ``[(layer, head), ...]`` of a :class:`GPT` inside a
+    ``with`` block, and restore the weights on leaving it.
+
+    Head ``h``'s output is read by columns ``h * Dh .. (h + 1) * Dh`` of its layer's
+    ``attn.w_o.weight`` (the heads are concatenated before ``w_o``): zeroing those
+    columns removes the head's contribution to the residual stream and nothing else.
+    Layers and heads are 0-based (``model.blocks[layer]``).
+    """
+
+    def __init__(self, model, heads) -> None:
+        d_head = model.d_model // model.num_heads
+        self.parts = [
+            (model.blocks[layer].attn.w_o.weight, slice(head * d_head, (head + 1) * d_head))
+            for layer, head in heads
+        ]
+
+    def __enter__(self):
+        self.saved = [w.data[:, cols].clone() for w, cols in self.parts]
+        for w, cols in self.parts:
+            w.data[:, cols] = 0.0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for (w, cols), saved in zip(self.parts, self.saved):
+            w.data[:, cols] = saved
+
+
+@torch.no_grad()
+def find_induction_head(model, ids: torch.Tensor, period: int) -> tuple[int, int]:
+    """``(layer, head)``, 0-based, of the head of ``model`` with the highest
+    :func:`induction_scores` on the repeated sequences ``ids`` (period ``period``)."""
+    _, weights = model(ids, return_attention=True)
+    scores = torch.stack([induction_scores(w, period) for w in weights])  # (L, H)
+    layer, head = divmod(int(scores.argmax()), scores.shape[1])
+    return layer, head
+
+
+@torch.no_grad()
+def ablation_effect(model, ids: torch.Tensor, period: int, layer: int, head: int) -> float:
+    """How much zeroing head ``(layer, head)`` raises :func:`second_half_loss`: the loss
+    with the head ablated minus the loss of the intact model, in nats (the model is left
+    unchanged)."""
+    before = second_half_loss(model, ids, period).item()
+    with ablate_heads(model, [(layer, head)]):
+        after = second_half_loss(model, ids, period).item()
+    return after - before
+
+
+_INDUCTION_STATES: dict = {}
+
+
+def train_induction_model(seed: int = 0, num_steps: int = 300, progress: bool = False):
+    """Chapter 17's two-layer attention-only :class:`GPT`, trained on repeated tokens.
+
+    Vocabulary 32, ``d_model=64``, 2 layers of 4 heads, rotary positions, no FFN, untied
+    head; AdamW (lr ``5e-3``) on batches of 64 :func:`~attention_course.data.repeated_tokens`
+    sequences whose period is drawn from 10 .. 20 per batch, loss :func:`second_half_loss`.
+    With ``seed=0`` and 300 steps an induction head forms around step 160 (chapter 17).
+    The trained weights are kept for the process: a second call with the same arguments
+    returns a fresh copy of the same model at once. Returns the model in eval mode.
+    """
+    from tqdm import tqdm
+
+    from .data.repeated import repeated_tokens
+    from .device import seed_everything
+    from .gpt import GPT
+
+    def build():
+        return GPT(32, d_model=64, num_heads=4, num_layers=2, max_len=64, pos="rope",
+                   ffn="none", tie_weights=False)  # fmt: skip
+
+    key = (seed, num_steps)
+    if key not in _INDUCTION_STATES:
+        seed_everything(seed)
+        model = build()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=0.0)
+        gen = torch.Generator().manual_seed(seed)
+        for _ in tqdm(range(num_steps), desc="training", disable=not progress, leave=False):
+            period = int(torch.randint(10, 21, (1,), generator=gen))
+            ids = repeated_tokens(64, period, 32, gen)
+            loss = second_half_loss(model, ids, period)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        _INDUCTION_STATES[key] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model = build()
+    model.load_state_dict(_INDUCTION_STATES[key])
+    return model.eval()

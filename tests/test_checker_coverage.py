@@ -101,6 +101,18 @@ REQUIRED_MODES: dict[str, set[str]] = {
     "apply_rope": _GRAD
     | {"positions=(B, T)", "odd Dh", "Dh=2", "T=1", "dtype=float32", "dtype=float64"},
     "alibi_slopes": {"power of 2", "not a power of 2", "H=1"},
+    # chapter 17 (H17)
+    "induction_scores": {
+        "perfect",
+        "uniform",
+        "random",
+        "B>1",
+        "odd T",
+        "dtype=float32",
+        "period=1",
+    },
+    "find_induction_head": {"trained", "permuted", "period"},
+    "ablation_effect": {"induction head", "previous-token head", "permuted", "negative change"},
 }
 
 EXEMPT: dict[tuple[str, str], str] = {

@@ -13,7 +13,12 @@ from .attention import (
 )
 from .ffn import check_positionwise_feed_forward
 from .gpt import check_causal_self_attention
-from .interpret import check_attention_rollout
+from .interpret import (
+    check_ablation_effect,
+    check_attention_rollout,
+    check_find_induction_head,
+    check_induction_scores,
+)
 from .kv import check_repeat_kv, check_sliding_window_mask
 from .masking import check_causal_mask, check_padding_mask
 from .modern import check_rms_norm, check_swiglu  # chapter 16
@@ -49,7 +54,12 @@ _BY_EXERCISE: dict[str | None, tuple[Callable, ...]] = {
     "14_positions_that_generalise": (check_apply_rope, check_alibi_slopes),
     "15_sharing_keys_values": (check_repeat_kv, check_sliding_window_mask),
     "16_the_modern_block": (check_rms_norm, check_swiglu),  # chapter 16
-    None: (check_attention_rollout,),  # chapter 17; no exercise notebook yet
+    "17_induction_heads": (
+        check_attention_rollout,
+        check_induction_scores,
+        check_find_induction_head,
+        check_ablation_effect,
+    ),
 }
 
 REGISTRY: tuple[Checker, ...] = tuple(

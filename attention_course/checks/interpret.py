@@ -4,6 +4,8 @@ layer down to the first."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from attention_course import interpret as ref
@@ -97,6 +99,37 @@ def _mistakes(attentions):
             "at the end: add I (and renormalise) in every layer, before the product",
             lambda: (lambda r: (r + torch.eye(r.shape[-1], dtype=r.dtype)) / 2)(
                 _product([w.mean(dim=1) for w in layers])
+            ),
+        ),
+        (
+            "your rollout is transposed: R[b, i, j] is how much of input token j reaches "
+            "output position i, so row i (not column i) is a distribution over inputs",
+            lambda: _product([_augment(w) for w in layers]).transpose(-2, -1),
+        ),
+        (
+            "your rollout averages the layers' matrices instead of multiplying them: "
+            "R = A_L @ ... @ A_1",
+            lambda: torch.stack([_augment(w) for w in layers]).mean(dim=0),
+        ),
+        (
+            "your rollout divides every layer by the first layer's number of heads: each "
+            "layer has its own number of heads, so average each over its own dim 1 "
+            "(`w.mean(dim=1)`)",
+            lambda: (
+                _product([_augment(w * w.shape[1] / layers[0].shape[1]) for w in layers])
+                if any(w.shape[1] != layers[0].shape[1] for w in layers)
+                else None
+            ),
+        ),
+        (
+            "your rollout is the same for every batch element: average over the heads only "
+            "(dim 1), not over the batch too",
+            lambda: (
+                _product([_augment(w.mean(dim=0, keepdim=True)) for w in layers]).expand_as(
+                    _product([_augment(w) for w in layers])
+                )
+                if layers[0].shape[0] > 1
+                else None
             ),
         ),
     ]
@@ -223,5 +256,539 @@ def check_attention_rollout(candidate) -> list[Case]:
             "gradients flow to every layer's weights",
             _grad_case(candidate),
             covers=frozenset({"grad", "L>1"}),
+        ),
+    ]
+
+
+# ================================================================ induction_scores
+
+
+def _induction_mistakes(weights: torch.Tensor, period: int, candidate=None):
+    w = weights.detach()
+    T = w.shape[-1]
+
+    def reads_transposed() -> bool:
+        # On causal weights, the entries above the diagonal (the transposed read) and the
+        # weight on i - period are both all zeros. Telling them apart: on the transposed
+        # weights (zero below the diagonal) only a read above the diagonal finds weight.
+        if candidate is None or period >= T or w.triu(1).any():
+            return False
+        try:
+            got = candidate(w.transpose(-2, -1).clone(), period)
+            return bool(isinstance(got, torch.Tensor) and got.detach().abs().max() > 1e-6)
+        except Exception:  # noqa: BLE001 - a probe that fails says nothing
+            return False
+
+    def transposed():
+        return torch.diagonal(w, offset=period - 1, dim1=-2, dim2=-1)[..., :-1].mean(dim=(0, 2))
+
+    transposed_read = (
+        "your score reads the transposed entries w[..., i - period + 1, i] (key first), "
+        "above the diagonal, where causal weights are 0: rows are queries, columns keys, "
+        "so the entry is w[..., i, i - period + 1] "
+        "(`torch.diagonal(w, offset=-(period - 1), dim1=-2, dim2=-1)`)"
+    )
+
+    def diagonal_mean(offset: int, skip: int, dims=(0, 2)):
+        d = torch.diagonal(w, offset=-offset, dim1=-2, dim2=-1)[..., skip:]
+        return d.mean(dim=dims)
+
+    return [
+        (  # all zeros on causal weights, like several other reads: first ask the student
+            transposed_read,
+            lambda: torch.zeros_like(w[0, :, 0, 0]) if reads_transposed() else None,
+        ),
+        (
+            "your score reads the weight on i - period, the previous occurrence of the same "
+            "token (a duplicate-token head), not the token after it: the induction offset is "
+            "i - period + 1 (`torch.diagonal(w, offset=-(period - 1), dim1=-2, dim2=-1)`)",
+            lambda: diagonal_mean(period, 0),
+        ),
+        (
+            "your score reads the weight on i - period + 2, one position too far: the token "
+            "after the previous occurrence is at i - period + 1",
+            lambda: diagonal_mean(period - 2, 2) if period >= 2 else None,
+        ),
+        (
+            "your score includes the query i = period - 1, whose token has not occurred before: "
+            "average over i = period .. T - 1 only (drop the diagonal's first entry)",
+            lambda: diagonal_mean(period - 1, 0),
+        ),
+        (
+            "your score averages over all T query positions (positions without an earlier "
+            "occurrence count as 0): average over i = period .. T - 1 only",
+            lambda: diagonal_mean(period - 1, 1).mul(T - period).div(T),
+        ),
+        (
+            "your score sums over the positions instead of averaging: take the mean over "
+            "i = period .. T - 1 and the batch",
+            lambda: (
+                torch.diagonal(w, offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:]
+                .sum(dim=2)
+                .mean(dim=0)
+            ),
+        ),
+        (
+            "your score sums over the batch and the positions: take the mean over "
+            "i = period .. T - 1 and the batch",
+            lambda: torch.diagonal(w, offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:].sum(
+                dim=(0, 2)
+            ),
+        ),
+        (
+            "your scores are per sequence, shape (B, H): average over the batch too (dim 0)",
+            lambda: diagonal_mean(period - 1, 1, dims=(2,)),
+        ),
+        (
+            "you averaged over the heads, shape (T - period,): keep one score per head and "
+            "average over the batch and the query positions (dims 0 and 2)",
+            lambda: diagonal_mean(period - 1, 1, dims=(0, 1)),
+        ),
+        (
+            "these are the weights on i - 1 (the previous-token score): the induction offset "
+            "is i - period + 1",
+            lambda: diagonal_mean(1, 0) if period != 2 else None,
+        ),
+        (transposed_read, lambda: transposed() if period < T else None),
+    ]
+
+
+def _induction_weights(kind: str, B: int, H: int, T: int, period: int, *, seed: int, dtype):
+    if kind == "perfect":  # every query i >= period attends exactly to i - period + 1
+        w = torch.zeros(B, H, T, T, dtype=dtype)
+        w[..., 0, 0] = 1.0
+        for i in range(1, T):
+            w[..., i, i - period + 1 if i >= period else i - 1] = 1.0
+        return w
+    if kind == "uniform":  # uniform over the causal past: score = mean of 1 / (i + 1)
+        w = torch.ones(T, T, dtype=dtype).tril()
+        return (w / w.sum(dim=-1, keepdim=True)).expand(B, H, T, T).clone()
+    return _weights(B, H, T, seed=seed, causal=True, dtype=dtype)
+
+
+def _induction_case(candidate, kind, B, H, T, period, *, seed=0, dtype=torch.float64, value=None):
+    def run():
+        w = _induction_weights(kind, B, H, T, period, seed=seed, dtype=dtype)
+        expected = ref.induction_scores(w.clone(), period)
+        what = f"induction_scores(weights {tuple(w.shape)} {str(dtype)[6:]}, period={period})"
+        got = call_student(candidate, w, period, what=what, arg_names=["weights"])
+        mistakes = _induction_mistakes(w, period, candidate)
+        expect_close(got, expected, f"the scores of {what}", mistakes=mistakes)
+        if value is not None:  # the case's closed form, stated in the message
+            return value(expected)
+        return None
+
+    return run
+
+
+@checker("induction_scores")
+def check_induction_scores(candidate) -> list[Case]:
+    """Check ``induction_scores(weights (B, H, T, T), period) -> (H,)``: the mean weight from
+    query ``i`` to key ``i - period + 1`` over ``i = period .. T - 1`` and the batch."""
+    return [
+        Case(
+            "a perfect induction head (weight 1 on i - period + 1) scores 1; B=2, H=3, T=12, "
+            "period=5",
+            _induction_case(candidate, "perfect", 2, 3, 12, 5),
+            covers=frozenset({"B>1", "perfect"}),
+        ),
+        Case(
+            "uniform causal weights score the mean of 1 / (i + 1) over i = period .. T - 1",
+            _induction_case(candidate, "uniform", 1, 2, 16, 8),
+            covers=frozenset({"uniform"}),
+        ),
+        Case(
+            "random causal weights, B=3, H=4, T=10, period=4",
+            _induction_case(candidate, "random", 3, 4, 10, 4, seed=7),
+            covers=frozenset({"B>1", "random"}),
+        ),
+        Case(
+            "odd sizes: T=9 (not 2 * period), period=3, H=1",
+            _induction_case(candidate, "random", 2, 1, 9, 3, seed=8),
+            covers=frozenset({"B>1", "odd T"}),
+        ),
+        Case(
+            "float32 weights keep float32",
+            _induction_case(candidate, "random", 2, 2, 8, 4, seed=9, dtype=torch.float32),
+            covers=frozenset({"B>1", "dtype=float32"}),
+        ),
+        Case(
+            "period=1: every query i >= 1 is scored on itself",
+            _induction_case(candidate, "random", 1, 2, 6, 1, seed=10),
+            weight=TRIVIAL,
+            covers=frozenset({"period=1"}),
+        ),
+    ]
+
+
+# ================================================================ find the induction head
+#
+# The two "find it" tasks of exercise 17 run the student's function on chapter 17's trained
+# model (`interpret.train_induction_model()`, trained once per process: the exercise trains
+# it at its top, so in the grader's kernel it is already there) and recompute the answer.
+
+_PERIOD = 16
+_TIE = 0.01  # heads whose induction scores are this close to the best are all accepted
+
+
+def _trained():
+    return ref.train_induction_model()
+
+
+def _eval_ids(period: int, seed: int = 1234, n: int = 32) -> torch.Tensor:
+    from attention_course.data.repeated import repeated_tokens
+
+    return repeated_tokens(n, period, 32, torch.Generator().manual_seed(seed))
+
+
+def _permute_heads(model, layer: int, order: list[int]):
+    """The same function with the heads of ``layer`` renumbered: new head k is old
+    head ``order[k]`` (rows of w_q, w_k, w_v and columns of w_o moved together)."""
+    attn = model.blocks[layer].attn
+    Dh = model.d_model // model.num_heads
+    idx = torch.cat([torch.arange(h * Dh, (h + 1) * Dh) for h in order])
+    with torch.no_grad():
+        for lin in (attn.w_q, attn.w_k, attn.w_v):
+            lin.weight.copy_(lin.weight[idx])
+        attn.w_o.weight.copy_(attn.w_o.weight[:, idx])
+    return model
+
+
+def _variant(name: str):
+    model = _trained()
+    if name == "permuted":
+        _permute_heads(model, 1, [2, 3, 0, 1])
+        _permute_heads(model, 0, [1, 0, 3, 2])
+    if name == "harmful":  # head (1, 0)'s output negated: it now hurts, removing it helps
+        Dh = model.d_model // model.num_heads
+        with torch.no_grad():
+            model.blocks[1].attn.w_o.weight[:, :Dh].neg_()
+    return model
+
+
+def _scores(model, ids, period, offset):
+    with torch.no_grad():
+        _, weights = model(ids, return_attention=True)
+    rows = []
+    for w in weights:
+        d = torch.diagonal(w, offset=-offset, dim1=-2, dim2=-1)
+        rows.append(d[..., 1:].mean(dim=(0, 2)) if offset == period - 1 else d.mean(dim=(0, 2)))
+    return torch.stack(rows)  # (L, H)
+
+
+def _as_layer_head(got, what: str) -> tuple[int, int]:
+    from numbers import Integral
+
+    def integer(v):  # Python and numpy ints, and one-element integer tensors, all count
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            if v.dtype.is_floating_point or v.dtype.is_complex or v.dtype == torch.bool:
+                return v
+            return int(v.item())
+        return v
+
+    if isinstance(got, torch.Tensor) and got.numel() == 2 and not got.dtype.is_floating_point:
+        got = tuple(int(v) for v in got.reshape(-1).tolist())
+    if isinstance(got, (tuple, list)):
+        got = tuple(integer(v) for v in got)
+    if (
+        not isinstance(got, (tuple, list))
+        or len(got) != 2
+        or not all(isinstance(v, Integral) and not isinstance(v, bool) for v in got)
+    ):
+        raise CaseFailed(f"{what} returned {got!r}: expected a tuple (layer, head) of two ints")
+    return int(got[0]), int(got[1])
+
+
+def _state(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _expect_unchanged(model, before, what):
+    for k, v in model.state_dict().items():
+        if not torch.equal(v, before[k]):
+            raise CaseFailed(
+                f"{what} left the model changed ({k}): restore every weight you zero (copy it "
+                "first and put it back, or use `with ablate_heads(...)`-style code that does)"
+            )
+
+
+def _find_case(candidate, variant: str, period: int):
+    def run():
+        model = _variant(variant)
+        ids = _eval_ids(period)
+        L, H = model.num_layers, model.num_heads
+        # The expected answer is recomputed on the very model passed to the student's
+        # function. Several layer-2 heads of this model are induction heads, and two of
+        # them can score within a few thousandths of each other (period 12: 0.676 and
+        # 0.674): every head within _TIE of the best is accepted, as the task says.
+        induction = _scores(model, ids, period, period - 1)
+        near_best = (induction.flatten() >= induction.max() - _TIE).nonzero()
+        accepted = [divmod(int(k), H) for k in near_best]
+        expected = ref.find_induction_head(model, ids, period)
+        before = _state(model)
+        what = f"find_induction_head(model, ids, period={period})"
+        got = _as_layer_head(call_student(candidate, model, ids, period, what=what), what)
+        _expect_unchanged(model, before, what)
+        if got in accepted:  # no numbers in the message: they come from a training run
+            return None
+        previous = _scores(model, ids, period, 1)
+        duplicate = _scores(model, ids, period, period)
+        message = f"{what} returned {got}, expected {expected} (0-based layer, head)"
+        if len(accepted) > 1:
+            message += f" or any of {accepted} (within {_TIE} of the best score)"
+        flat = int(induction.argmax())
+        one_based = (expected[0] + 1, expected[1])
+        by_layers = divmod(flat, L)  # the flat argmax unflattened with the number of layers
+        lowest = (
+            0 <= got[0] < L and 0 <= got[1] < H and bool(induction[got] <= induction.min() + 1e-6)
+        )
+        if got == one_based and got == by_layers:
+            raise CaseFailed(
+                f"{message}: layer {got[0]} does not exist (the model has {L} layers, "
+                f"0 .. {L - 1}).\nLikely mistake: layers counted from 1 (layers are 0-based: "
+                "model.blocks[layer]), or the flat argmax of the (L, H) scores unflattened "
+                "with the number of layers: `divmod(index, num_heads)` gives (layer, head)"
+            )
+        if got == (expected[1], expected[0]) and lowest:
+            raise CaseFailed(
+                f"{message}.\nLikely mistake: the answer is (layer, head), in that order; or "
+                "you took the argmin (that head has the *lowest* induction score)"
+            )
+        T = ids.shape[1]
+        wrong_period = [
+            (divmod(int(_scores(model, ids, p, p - 1).argmax()), H), p)
+            for p in (_PERIOD,)
+            if p != period and p < T
+        ]
+        for answer, p in wrong_period:
+            if got == answer:
+                raise CaseFailed(
+                    f"{message}.\nLikely mistake: your answer is the one for period {p}: score "
+                    "with the `period` argument, not a fixed value"
+                )
+        named = [
+            (
+                divmod(int(previous.argmax()), H),
+                "that is the previous-token head (weight on i - 1), the partner in layer 0: "
+                "the induction head has the highest weight on i - period + 1",
+            ),
+            (
+                divmod(int(duplicate.argmax()), H),
+                "that head has the highest weight on i - period (off by one): the induction "
+                "head attends to the token *after* the previous occurrence, i - period + 1",
+            ),
+            (one_based, "layers are 0-based: model.blocks[layer]"),
+            (
+                by_layers,
+                "you unflattened the argmax of the (L, H) scores with the number of layers; "
+                "`divmod(index, num_heads)` gives (layer, head)",
+            ),
+            (
+                got if lowest else None,
+                "that head has the *lowest* induction score: take the argmax, not the argmin",
+            ),
+            ((expected[1], expected[0]), "the answer is (layer, head), in that order"),
+        ]
+        for answer, why in named:
+            if got == answer:
+                raise CaseFailed(f"{message}.\nLikely mistake: {why}")
+        if variant == "permuted":
+            raise CaseFailed(
+                f"{message}: the heads of this model are renumbered.\nLikely mistake: an "
+                "answer fixed in advance; compute the scores from the model and the ids"
+            )
+        if not (0 <= got[0] < L and 0 <= got[1] < H):
+            raise CaseFailed(f"{message}: the model has {L} layers of {H} heads")
+        raise CaseFailed(f"{message}.\nHint: score every head with induction_scores and argmax")
+
+    return run
+
+
+@checker("find_induction_head")
+def check_find_induction_head(candidate) -> list[Case]:
+    """Check ``find_induction_head(model, ids, period) -> (layer, head)`` on chapter 17's
+    trained attention-only model: the 0-based head with the highest induction score."""
+    _trained()  # trains once per process (outside the cases' time limit)
+    return [
+        Case(
+            "chapter 17's trained model, period 16",
+            _find_case(candidate, "trained", _PERIOD),
+            covers=frozenset({"trained"}),
+        ),
+        Case(
+            "the same model with its heads renumbered",
+            _find_case(candidate, "permuted", _PERIOD),
+            covers=frozenset({"permuted"}),
+        ),
+        Case(
+            "another period (12)",
+            _find_case(candidate, "trained", 12),
+            covers=frozenset({"period"}),
+        ),
+        Case(
+            "the shortest period of training (10)",
+            _find_case(candidate, "trained", 10),
+            covers=frozenset({"period"}),
+        ),
+        Case(
+            "the longest period of training (20), heads renumbered",
+            _find_case(candidate, "permuted", 20),
+            covers=frozenset({"period", "permuted"}),
+        ),
+    ]
+
+
+def _ablation_mistakes(model, ids, period, layer, head):
+    import torch.nn.functional as F
+
+    def full_loss():
+        logits = model(ids)
+        V = logits.shape[-1]
+        return F.cross_entropy(logits[:, :-1].reshape(-1, V), ids[:, 1:].reshape(-1)).item()
+
+    def loss_from(start):
+        logits = model(ids)
+        V = logits.shape[-1]
+        return F.cross_entropy(
+            logits[:, start:-1].reshape(-1, V), ids[:, start + 1 :].reshape(-1)
+        ).item()
+
+    with torch.no_grad():
+        before = ref.second_half_loss(model, ids, period).item()
+        full_before, from_before = full_loss(), loss_from(period - 1)
+        with ref.ablate_heads(model, [(layer, head)]):
+            after = ref.second_half_loss(model, ids, period).item()
+            full_after, from_after = full_loss(), loss_from(period - 1)
+        with ref.ablate_heads(model, [(layer, h) for h in range(model.num_heads)]):
+            layer_after = ref.second_half_loss(model, ids, period).item()
+        w_o = model.blocks[layer].attn.w_o.weight
+        Dh = model.d_model // model.num_heads
+        saved = w_o.data[head * Dh : (head + 1) * Dh].clone()
+        w_o.data[head * Dh : (head + 1) * Dh] = 0.0  # rows: output features, not the head
+        rows_after = ref.second_half_loss(model, ids, period).item()
+        w_o.data[head * Dh : (head + 1) * Dh] = saved
+    return [
+        (
+            "the change here is negative (this head's output is negated, so it hurts and "
+            "removing it lowers the loss), and your value has the opposite sign: return "
+            "after - before with its sign, no abs()",
+            abs(after - before) if after < before else None,
+        ),
+        (
+            "the sign is reversed: return the loss with the head ablated minus the loss of "
+            "the intact model (positive when the head helps)",
+            before - after,
+        ),
+        ("you returned the ablated loss itself, not its change", after),
+        ("you returned the intact loss, not the change", before),
+        (
+            "you measured the loss on the whole sequence; the task's loss is on the "
+            "predictable second half (logits period .. 2 period - 2)",
+            full_after - full_before,
+        ),
+        (
+            "your loss includes the prediction of token `period` (logit period - 1), which no "
+            "head can predict: start at logit `period`",
+            from_after - from_before,
+        ),
+        (
+            "you ablated every head of the layer: zero only head `head`'s columns of w_o",
+            layer_after - before,
+        ),
+        (
+            "you zeroed rows head*Dh:(head+1)*Dh of w_o.weight (output features), not its "
+            "columns: the head's output is read by w_o.weight[:, head*Dh:(head+1)*Dh]",
+            rows_after - before,
+        ),
+        ("you returned the ratio after / before, not the difference", after / before),
+        ("you returned log(after / before), not the difference", math.log(after / before)),
+        (
+            'your losses are sums over the predicted tokens (`reduction="sum"`), not means: '
+            "use second_half_loss, the mean cross-entropy",
+            (after - before) * ids.shape[0] * (period - 1),
+        ),
+        (
+            "your change is in bits (divided by ln 2): the task's loss is in nats, "
+            "cross-entropy with the natural log",
+            (after - before) / math.log(2),
+        ),
+        (
+            "your value is the effect of ablating the same head in layer "
+            f"{layer - 1}: layers are 0-based (model.blocks[layer])",
+            ref.ablation_effect(model, ids, period, layer - 1, head) if layer >= 1 else None,
+        ),
+    ]
+
+
+def _ablation_case(candidate, variant: str, which: str):
+    def run():
+        model = _variant(variant)
+        ids = _eval_ids(_PERIOD)
+        if which == "induction":
+            layer, head = ref.find_induction_head(model, ids, _PERIOD)
+        elif which == "previous":  # the previous-token head of layer 0
+            layer, head = 0, int(_scores(model, ids, _PERIOD, 1)[0].argmax())
+        else:  # a fixed (layer, head), e.g. "1,3"
+            layer, head = (int(v) for v in which.split(","))
+        expected = ref.ablation_effect(model, ids, _PERIOD, layer, head)
+        before = _state(model)
+        what = f"ablation_effect(model, ids, period={_PERIOD}, layer={layer}, head={head})"
+        got = call_student(candidate, model, ids, _PERIOD, layer, head, what=what)
+        _expect_unchanged(model, before, what)
+        try:
+            value = float(got.item() if isinstance(got, torch.Tensor) else got)
+        except (TypeError, ValueError, RuntimeError):
+            raise CaseFailed(f"{what} returned {got!r}: expected a number (nats)") from None
+        if abs(value - expected) <= 1e-3 + 1e-3 * abs(expected):
+            return None
+        message = f"{what} returned {value:.4f}, expected {expected:.4f} nats"
+        model.load_state_dict(before)
+        for why, wrong in _ablation_mistakes(model, ids, _PERIOD, layer, head):
+            if wrong is not None and abs(value - wrong) <= 1e-3 + 1e-3 * abs(wrong):
+                raise CaseFailed(f"{message}.\nLikely mistake: {why}")
+        raise CaseFailed(
+            f"{message}.\nHint: zero w_o.weight[:, head*Dh:(head+1)*Dh] of that layer, take "
+            "second_half_loss, restore the weights, subtract the intact loss"
+        )
+
+    return run
+
+
+@checker("ablation_effect")
+def check_ablation_effect(candidate) -> list[Case]:
+    """Check ``ablation_effect(model, ids, period, layer, head) -> float``: the second-half
+    loss with that head's output zeroed minus the intact loss, the model left unchanged."""
+    _trained()
+    return [
+        Case(
+            "ablating the induction head of chapter 17's model",
+            _ablation_case(candidate, "trained", "induction"),
+            covers=frozenset({"induction head"}),
+        ),
+        Case(
+            "ablating the previous-token head",
+            _ablation_case(candidate, "trained", "previous"),
+            covers=frozenset({"previous-token head"}),
+        ),
+        Case(
+            "the model with its heads renumbered",
+            _ablation_case(candidate, "permuted", "induction"),
+            covers=frozenset({"permuted"}),
+        ),
+        Case(
+            "ablating layer 1, head 3",
+            _ablation_case(candidate, "trained", "1,3"),
+            covers=frozenset({"other head"}),
+        ),
+        Case(
+            "ablating layer 0, head 2",
+            _ablation_case(candidate, "trained", "0,2"),
+            covers=frozenset({"other head"}),
+        ),
+        Case(
+            "a head that hurts (layer 1, head 0 with its output negated): removing it lowers "
+            "the loss, so the change is negative",
+            _ablation_case(candidate, "harmful", "1,0"),
+            covers=frozenset({"negative change"}),
         ),
     ]

@@ -53,6 +53,10 @@ REFERENCES = {
     # chapter 14
     "apply_rope": ac.apply_rope,
     "alibi_slopes": ac.alibi_slopes,
+    # chapter 17 (H17)
+    "induction_scores": ac.induction_scores,
+    "find_induction_head": ac.interpret.find_induction_head,
+    "ablation_effect": ac.interpret.ablation_effect,
 }
 
 CATALOGUE = [

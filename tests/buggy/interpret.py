@@ -83,7 +83,33 @@ def rollout_in_place(attentions):
     return result
 
 
+def rollout_transposed(attentions):
+    """Returns R transposed: columns, not rows, are the distributions over inputs."""
+    result = None
+    for w in attentions:
+        result = _layer(w) if result is None else _layer(w) @ result
+    return result.transpose(-2, -1)
+
+
+def rollout_first_layer_heads(attentions):
+    """Divides every layer's head sum by the first layer's number of heads."""
+    H = attentions[0].shape[1]
+    result = None
+    for w in attentions:
+        a = w.sum(dim=1) / H + torch.eye(w.shape[-1], dtype=w.dtype)
+        a = a / a.sum(dim=-1, keepdim=True)
+        result = a if result is None else a @ result
+    return result
+
+
 CATALOGUE = [
+    ("attention_rollout", "transposed", rollout_transposed, "your rollout is transposed"),
+    (
+        "attention_rollout",
+        "first layer's head count",
+        rollout_first_layer_heads,
+        "its own number of heads",
+    ),
     ("attention_rollout", "no identity", rollout_no_identity, "forgets the identity"),
     (
         "attention_rollout",
@@ -112,4 +138,231 @@ CATALOGUE = [
     ),
     ("attention_rollout", "float32", rollout_float32, "expected dtype torch.float64"),
     ("attention_rollout", "in place", rollout_in_place, "changed attentions[0] in place"),
+]
+
+
+# ---- chapter 17 (H17): induction_scores, find_induction_head, ablation_effect ----
+
+
+def induction_off_by_one(weights, period):
+    """Reads w[i, i - period], the previous occurrence itself (a duplicate-token head)."""
+    return torch.diagonal(weights, offset=-period, dim1=-2, dim2=-1).mean(dim=(0, 2))
+
+
+def induction_keeps_first_query(weights, period):
+    """Includes the query i = period - 1, whose token has not occurred before."""
+    return torch.diagonal(weights, offset=-(period - 1), dim1=-2, dim2=-1).mean(dim=(0, 2))
+
+
+def induction_over_all_queries(weights, period):
+    """Divides by T: queries without an earlier occurrence count as zeros."""
+    d = torch.diagonal(weights, offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:]
+    return d.sum(dim=2).mean(dim=0) / weights.shape[-1]
+
+
+def induction_sum(weights, period):
+    """Sums over the query positions instead of averaging."""
+    d = torch.diagonal(weights, offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:]
+    return d.sum(dim=2).mean(dim=0)
+
+
+def induction_transposed(weights, period):
+    """Reads w[i - period + 1, i]: keys as rows (zero above the diagonal of causal weights)."""
+    return torch.diagonal(weights, offset=period - 1, dim1=-2, dim2=-1)[..., :-1].mean(dim=(0, 2))
+
+
+def _layer_scores(model, ids, offset, skip):
+    with torch.no_grad():
+        _, weights = model(ids, return_attention=True)
+    return torch.stack(
+        [
+            torch.diagonal(w, offset=-offset, dim1=-2, dim2=-1)[..., skip:].mean(dim=(0, 2))
+            for w in weights
+        ]
+    )
+
+
+def find_previous_token_head(model, ids, period):
+    """Returns the head with the most weight on i - 1 (the partner, not the induction head)."""
+    scores = _layer_scores(model, ids, 1, 0)
+    return divmod(int(scores.argmax()), scores.shape[1])
+
+
+def find_off_by_one(model, ids, period):
+    """Scores heads on i - period instead of i - period + 1."""
+    scores = _layer_scores(model, ids, period, 0)
+    return divmod(int(scores.argmax()), scores.shape[1])
+
+
+def find_one_based(model, ids, period):
+    """Counts layers from 1."""
+    scores = _layer_scores(model, ids, period - 1, 1)
+    layer, head = divmod(int(scores.argmax()), scores.shape[1])
+    return layer + 1, head
+
+
+def find_hard_coded(model, ids, period):
+    """The answer read off chapter 17's figure, fixed in advance."""
+    return (1, 0)
+
+
+def find_argmin(model, ids, period):
+    """Takes the argmin of the induction scores."""
+    scores = _layer_scores(model, ids, period - 1, 1)
+    return divmod(int(scores.argmin()), scores.shape[1])
+
+
+def find_divmod_by_layers(model, ids, period):
+    """Unflattens the (L, H) argmax with the number of layers instead of heads."""
+    scores = _layer_scores(model, ids, period - 1, 1)
+    return divmod(int(scores.argmax()), scores.shape[0])
+
+
+def _second_half(model, ids, period, start=None):
+    logits = model(ids)
+    V = logits.shape[-1]
+    start = period if start is None else start
+    return torch.nn.functional.cross_entropy(
+        logits[:, start:-1].reshape(-1, V), ids[:, start + 1 :].reshape(-1)
+    ).item()
+
+
+def _zero_columns(model, layer, head):
+    w = model.blocks[layer].attn.w_o.weight
+    Dh = model.d_model // model.num_heads
+    w.data[:, head * Dh : (head + 1) * Dh] = 0.0
+
+
+@torch.no_grad()
+def ablation_reversed(model, ids, period, layer, head):
+    """Returns before - after."""
+    before = _second_half(model, ids, period)
+    saved = model.blocks[layer].attn.w_o.weight.data.clone()
+    _zero_columns(model, layer, head)
+    after = _second_half(model, ids, period)
+    model.blocks[layer].attn.w_o.weight.data.copy_(saved)
+    return before - after
+
+
+@torch.no_grad()
+def ablation_not_restored(model, ids, period, layer, head):
+    """Zeroes the head and never puts the weights back."""
+    before = _second_half(model, ids, period)
+    _zero_columns(model, layer, head)
+    return _second_half(model, ids, period) - before
+
+
+@torch.no_grad()
+def ablation_from_period_minus_one(model, ids, period, layer, head):
+    """Includes the prediction of token `period`, which nothing can predict."""
+    before = _second_half(model, ids, period, start=period - 1)
+    saved = model.blocks[layer].attn.w_o.weight.data.clone()
+    _zero_columns(model, layer, head)
+    after = _second_half(model, ids, period, start=period - 1)
+    model.blocks[layer].attn.w_o.weight.data.copy_(saved)
+    return after - before
+
+
+@torch.no_grad()
+def ablation_rows(model, ids, period, layer, head):
+    """Zeroes rows of w_o (output features) instead of the columns that read the head."""
+    before = _second_half(model, ids, period)
+    w = model.blocks[layer].attn.w_o.weight
+    saved = w.data.clone()
+    Dh = model.d_model // model.num_heads
+    w.data[head * Dh : (head + 1) * Dh] = 0.0
+    after = _second_half(model, ids, period)
+    w.data.copy_(saved)
+    return after - before
+
+
+@torch.no_grad()
+def ablation_whole_layer(model, ids, period, layer, head):
+    """Zeroes every head of the layer."""
+    before = _second_half(model, ids, period)
+    w = model.blocks[layer].attn.w_o.weight
+    saved = w.data.clone()
+    w.data.zero_()
+    after = _second_half(model, ids, period)
+    w.data.copy_(saved)
+    return after - before
+
+
+@torch.no_grad()
+def ablation_abs(model, ids, period, layer, head):
+    """Returns abs(after - before): right whenever the head helps, wrong when it hurts."""
+    before = _second_half(model, ids, period)
+    saved = model.blocks[layer].attn.w_o.weight.data.clone()
+    _zero_columns(model, layer, head)
+    after = _second_half(model, ids, period)
+    model.blocks[layer].attn.w_o.weight.data.copy_(saved)
+    return abs(after - before)
+
+
+@torch.no_grad()
+def ablation_in_bits(model, ids, period, layer, head):
+    """Divides the change by ln 2 (bits, not nats)."""
+    import math
+
+    before = _second_half(model, ids, period)
+    saved = model.blocks[layer].attn.w_o.weight.data.clone()
+    _zero_columns(model, layer, head)
+    after = _second_half(model, ids, period)
+    model.blocks[layer].attn.w_o.weight.data.copy_(saved)
+    return (after - before) / math.log(2)
+
+
+@torch.no_grad()
+def ablation_layer_below(model, ids, period, layer, head):
+    """Thinks 1-based: ablates model.blocks[layer - 1]."""
+    before = _second_half(model, ids, period)
+    saved = model.blocks[layer - 1].attn.w_o.weight.data.clone()
+    _zero_columns(model, layer - 1, head)
+    after = _second_half(model, ids, period)
+    model.blocks[layer - 1].attn.w_o.weight.data.copy_(saved)
+    return after - before
+
+
+def find_fixed_period(model, ids, period):
+    """Scores with the notebook's PERIOD = 16 whatever `period` says."""
+    scores = _layer_scores(model, ids, 15, 1)
+    return divmod(int(scores.argmax()), scores.shape[1])
+
+
+CATALOGUE += [
+    ("ablation_effect", "bits", ablation_in_bits, "your change is in bits"),
+    ("ablation_effect", "layer below", ablation_layer_below, "layers are 0-based"),
+    ("find_induction_head", "fixed period", find_fixed_period, "the one for period 16"),
+    ("induction_scores", "off by one", induction_off_by_one, "not the token after it"),
+    (
+        "induction_scores",
+        "first query",
+        induction_keeps_first_query,
+        "includes the query i = period - 1",
+    ),
+    ("induction_scores", "all queries", induction_over_all_queries, "averages over all T query"),
+    ("induction_scores", "sum", induction_sum, "sums over the positions"),
+    ("induction_scores", "transposed", induction_transposed, "reads the transposed entries"),
+    ("find_induction_head", "previous-token head", find_previous_token_head, "previous-token head"),
+    ("find_induction_head", "off by one", find_off_by_one, "off by one"),
+    ("find_induction_head", "1-based layer", find_one_based, "layers are 0-based"),
+    ("find_induction_head", "hard-coded", find_hard_coded, "an answer fixed in advance"),
+    ("find_induction_head", "argmin", find_argmin, "the *lowest* induction score"),
+    (
+        "find_induction_head",
+        "divmod by layers",
+        find_divmod_by_layers,
+        "`divmod(index, num_heads)` gives (layer, head)",
+    ),
+    ("ablation_effect", "abs of the change", ablation_abs, "no abs()"),
+    ("ablation_effect", "reversed sign", ablation_reversed, "the sign is reversed"),
+    ("ablation_effect", "not restored", ablation_not_restored, "left the model changed"),
+    (
+        "ablation_effect",
+        "from period - 1",
+        ablation_from_period_minus_one,
+        "includes the prediction of token `period`",
+    ),
+    ("ablation_effect", "rows of w_o", ablation_rows, "not its columns"),
+    ("ablation_effect", "whole layer", ablation_whole_layer, "you ablated every head of the layer"),
 ]

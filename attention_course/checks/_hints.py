@@ -68,6 +68,15 @@ CONCEPTS: dict[str, str] = {
     "subtracted and there is no bias.",
     "swiglu": "SwiGLU multiplies a SiLU-gated projection w1(x) with a linear one w3(x) and "
     "projects back with w2: w2(silu(w1(x)) * w3(x)).",
+    "induction_scores": "On a sequence that repeats with a period, an induction head at "
+    "position i attends to i - period + 1, the token after the previous occurrence of the "
+    "current one; the score is the mean weight there over i >= period and the batch.",
+    "find_induction_head": "Compute every head's induction score on the model's own "
+    "attention weights for a repeated sequence, and return the (layer, head) with the "
+    "highest score, both counted from 0.",
+    "ablation_effect": "Ablating a head means zeroing its output (its columns of w_o) and "
+    "measuring the second-half loss again; the effect is the loss after minus the loss "
+    "before, with its sign, and the weights restored afterwards.",
 }
 
 # Mistakes with hand-written tiers: (a regular expression on the named mistake,

@@ -261,8 +261,10 @@ def scan_notebook(nb: Any, tasks: Sequence[dict]) -> dict[str, list[Finding]]:
     out: dict[str, list[Finding]] = {}
     for task in tasks:
         index = cell_index.get(task.get("solution_cell"))
-        if index is None or index not in book.trees:
-            continue
+        if index not in book.trees:  # no solution cell (its metadata deleted?): its name
+            index = None
+            if task["name"] not in book.defs:
+                continue
         checker = CHECKERS.get(str(task.get("checker", "")).removeprefix("check_"))
         builtins = tuple(getattr(checker, "answer_builtins", ()))
         own = {task["name"], str(task.get("checker", "")).removeprefix("check_")}
@@ -334,10 +336,12 @@ def _closure(book: _Notebook, roots: list[tuple[int, ast.AST | None]]):
                         todo.append((def_cell, def_node))
 
 
-def _roots(book: _Notebook, index: int, name: str) -> list[tuple[int, ast.AST | None]]:
+def _roots(book: _Notebook, index: int | None, name: str) -> list[tuple[int, ast.AST | None]]:
     """The solution cell, and every top-level statement of another cell that binds the
     task's ``name``: the object graded is the last one bound, wherever that is."""
-    roots: list[tuple[int, ast.AST | None]] = [(index, book.trees.get(index))]
+    roots: list[tuple[int, ast.AST | None]] = []
+    if index is not None:
+        roots.append((index, book.trees.get(index)))
     for cell, node in book.defs.get(name, []):
         if cell != index:
             roots.append((cell, node))
@@ -361,7 +365,7 @@ def _local_names(node: ast.AST) -> set[str]:
 
 def _scan_task(
     task: dict,
-    index: int,
+    index: int | None,
     book: _Notebook,
     aliases: dict[str, str],
     allowed: set[str],

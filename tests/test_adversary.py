@@ -127,6 +127,16 @@ def test_a_definition_in_a_cell_of_its_own_is_scanned():
     assert {f.kind for f in _findings("adv_wrap_partial", SDPA)} == {"dynamic"}
 
 
+def test_a_solution_cell_without_its_metadata_is_still_scanned():
+    nb = _nb("adv_subclass_layernorm")
+    (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "LayerNorm"]
+    del cell.metadata["nbgrader"]  # the grader no longer knows it is the solution cell
+    findings = scan_notebook(nb, grading.tasks_to_grade(nb, "x.ipynb")[1])["LayerNorm"]
+    assert ("reference", "built on attention_course.norms.LayerNorm") in {
+        (f.kind, f.what) for f in findings
+    }
+
+
 def test_the_static_scan_names_what_switches_the_watch_off():
     thread = _findings("adv_watch_thread", SDPA)
     assert ("watch", "threading.setprofile") in {(f.kind, f.what) for f in thread}

@@ -16,13 +16,25 @@ Two looks, both used by ``attention-course grade``:
     ``exec``/``eval``/``compile``, ``getattr`` of a module with a computed name: the
     grader cannot see what they reach, so they are flagged as such;
   * the PyTorch built-ins that *are* the answer, declared next to each checker
-    (``@checker(..., answer_builtins=("torch.nn.functional.layer_norm", ...))``).
+    (``@checker(..., answer_builtins=("torch.nn.functional.layer_norm", ...))``);
+  * a class built on the reference (``class LayerNorm(ac.LayerNorm): pass``);
+  * what switches off the dynamic watch: ``sys.setprofile``, ``threading.setprofile``,
+    ``sys.settrace``, ``sys.monitoring``.
+
+  The scan starts from the task's solution cell *and* every other cell that binds the
+  task's name (a definition in a cell of its own, after the check cell, replaces the
+  solution cell's).
 
 - **Dynamic** (`watch_calls`): while a candidate is evaluated, a profile hook records
   every call of the reference made from the student's code, and every call of an answer
   built-in with student code on the stack (or with ``self`` an instance of a student
-  class, for ``class Mine(nn.LayerNorm)``). It sees what the static scan cannot
-  (strings assembled at run time, objects fetched from ``globals()``).
+  class, for ``class Mine(nn.LayerNorm)``). A call of the reference counts when the first
+  frame above it that is neither PyTorch's nor the standard library's is not the
+  reference's own (wrappers such as ``functools.partial``, ``singledispatch`` or a thread
+  pool hide nothing). It also reports a hook switched off while it watched. It sees what
+  the static scan cannot (strings assembled at run time, objects fetched from
+  ``globals()``). The kernel side (`attention_course.sandbox`) adds the candidate's
+  classes that inherit from the reference (`built_on_reference`).
 """
 
 from __future__ import annotations
@@ -45,6 +57,22 @@ DYNAMIC_CALLS = {
     "eval": "runs code from a string",
     "compile": "compiles code from a string",
 }
+# What switches off (or takes over) the profile hook of `watch_calls`
+WATCH_SWITCHES = (
+    "sys.setprofile",
+    "sys.settrace",
+    "sys.monitoring",
+    "sys._setprofileallthreads",
+    "sys._settraceallthreads",
+    "threading.setprofile",
+    "threading.settrace",
+    "threading.setprofile_all_threads",
+    "threading.settrace_all_threads",
+)
+# Prefixes of the dynamic watch's entries that are not calls of a dotted name
+WATCH_OFF = "watch-off:"
+INHERITS = "inherits:"
+ALWAYS_DENIED = ("reference", "called", "inherits", "watch")  # even with --allow-builtins
 
 
 @dataclass(frozen=True)
@@ -52,7 +80,9 @@ class Finding:
     """One use of code that is not the student's, in a task's solution."""
 
     task: str  # the task's id
-    kind: str  # "reference", "builtin" or "dynamic"
+    # "reference", "builtin", "dynamic", "watch" (switches off the dynamic watch), and
+    # from the dynamic watch "called", "called-builtin", "inherits"
+    kind: str
     cell: int  # the notebook cell index (-1 for a dynamic finding)
     line: int  # the line in that cell (1-based), 0 if unknown
     what: str  # the resolved name, e.g. "attention_course.scaled_dot_product_attention"
@@ -60,8 +90,20 @@ class Finding:
 
     def message(self) -> str:
         where = f"cell {self.cell}, line {self.line}: `{self.code}`" if self.cell >= 0 else ""
-        if self.kind == "reference":
+        if self.kind == "reference" and self.what.startswith("built on "):
+            base = self.what.removeprefix("built on ")
+            text = f"the solution is built on the reference `{base}` instead of its own code"
+        elif self.kind == "reference":
             text = f"the solution calls the reference `{self.what}` instead of its own code"
+        elif self.kind == "inherits":
+            text = f"built on the reference: {self.what}"
+        elif self.kind == "watch" and self.cell < 0:
+            text = (
+                f"watch switched off: while it was checked, the solution called `{self.what}`,"
+                " which switches off the grader's watch"
+            )
+        elif self.kind == "watch":
+            text = f"the solution switches off the grader's watch (`{self.what}`)"
         elif self.kind == "builtin":
             text = f"the solution calls the built-in `{self.what}`, which is the answer itself"
         elif self.kind == "called":
@@ -219,8 +261,10 @@ def scan_notebook(nb: Any, tasks: Sequence[dict]) -> dict[str, list[Finding]]:
     out: dict[str, list[Finding]] = {}
     for task in tasks:
         index = cell_index.get(task.get("solution_cell"))
-        if index is None or index not in book.trees:
-            continue
+        if index not in book.trees:  # no solution cell (its metadata deleted?): its name
+            index = None
+            if task["name"] not in book.defs:
+                continue
         checker = CHECKERS.get(str(task.get("checker", "")).removeprefix("check_"))
         builtins = tuple(getattr(checker, "answer_builtins", ()))
         own = {task["name"], str(task.get("checker", "")).removeprefix("check_")}
@@ -268,7 +312,7 @@ def dependencies(nb: Any, tasks: Sequence[dict]) -> dict[str, set[int]]:
         if index is None:
             continue
         seen_cells = {index}
-        for cell, _node in _closure(book, [(index, book.trees.get(index))]):
+        for cell, _node in _closure(book, _roots(book, index, task["name"])):
             seen_cells.add(cell)
         out[task.get("id", task["name"])] = seen_cells
     return out
@@ -292,6 +336,18 @@ def _closure(book: _Notebook, roots: list[tuple[int, ast.AST | None]]):
                         todo.append((def_cell, def_node))
 
 
+def _roots(book: _Notebook, index: int | None, name: str) -> list[tuple[int, ast.AST | None]]:
+    """The solution cell, and every top-level statement of another cell that binds the
+    task's ``name``: the object graded is the last one bound, wherever that is."""
+    roots: list[tuple[int, ast.AST | None]] = []
+    if index is not None:
+        roots.append((index, book.trees.get(index)))
+    for cell, node in book.defs.get(name, []):
+        if cell != index:
+            roots.append((cell, node))
+    return roots
+
+
 def _local_names(node: ast.AST) -> set[str]:
     """Names bound inside ``node`` (arguments, assignments, loop variables, inner defs):
     a use of one of them is not a use of a notebook-level definition."""
@@ -309,7 +365,7 @@ def _local_names(node: ast.AST) -> set[str]:
 
 def _scan_task(
     task: dict,
-    index: int,
+    index: int | None,
     book: _Notebook,
     aliases: dict[str, str],
     allowed: set[str],
@@ -334,15 +390,33 @@ def _scan_task(
         if builtin:
             add("builtin", cell, node, builtin)
 
+    def check_watch(path: str, cell: int, node: ast.AST) -> None:
+        for switch in WATCH_SWITCHES:
+            if path == switch or path.startswith(switch + "."):
+                add("watch", cell, node, switch)
+
     method_builtins = {b.rsplit(".", 1)[-1] for b in builtins if b.startswith("torch.Tensor.")}
-    for cell, root in _closure(book, [(index, book.trees[index])]):
+    for cell, root in _closure(book, _roots(book, index, task["name"])):
         local = dict(aliases)
         bases = set()  # the `ac` of `ac.x`: judged with its attribute, not alone
+        class_bases = set()  # judged as "built on" by their class
         for sub in ast.walk(root):
             local.update(_import_aliases(sub))
             if isinstance(sub, ast.Attribute):
                 bases.add(id(sub.value))
+            if isinstance(sub, ast.ClassDef):
+                class_bases.update(id(b) for b in sub.bases)
         for sub in ast.walk(root):
+            if id(sub) in class_bases:
+                parts = _dotted(sub)
+                path = _resolve(parts, local) if parts is not None else ""
+                if path == REFERENCE or path.startswith(REFERENCE + "."):
+                    if path not in allowed or path.rsplit(".", 1)[-1] in own:
+                        add("reference", cell, sub, f"built on {path}")
+                    continue
+                if parts is not None:  # a built-in base (class Mine(nn.LayerNorm))
+                    check_path(path, cell, sub)
+                    continue
             if isinstance(sub, (ast.Import, ast.ImportFrom)):
                 for path in _import_aliases(sub).values():
                     check_path(path, cell, sub)
@@ -350,6 +424,7 @@ def _scan_task(
                 parts = _dotted(sub)
                 if parts is not None:
                     check_path(_resolve(parts, local), cell, sub)
+                    check_watch(_resolve(parts, local), cell, sub)
                     if parts[0] == "sys" and parts[1:2] == ["modules"]:
                         add("dynamic", cell, sub, "reads `sys.modules`")
                 if sub.attr in method_builtins and (parts is None or parts[0] not in local):
@@ -357,8 +432,10 @@ def _scan_task(
             elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
                 if sub.id in local and id(sub) not in bases:
                     check_path(local[sub.id], cell, sub)
+                    check_watch(local[sub.id], cell, sub)
             if isinstance(sub, ast.Call):
                 _check_call(sub, cell, local, add, check_path)
+                _check_call(sub, cell, local, add, check_watch)
     return sorted(findings.values(), key=lambda f: (f.cell, f.line, f.kind))
 
 
@@ -395,7 +472,8 @@ def _check_call(call: ast.Call, cell: int, aliases: dict[str, str], add, check_p
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _TRUSTED_SUBDIRS = tuple(
-    os.path.join(_PACKAGE_DIR, name) for name in ("checks", "grading.py", "quiz.py", "cheats.py")
+    os.path.join(_PACKAGE_DIR, name)
+    for name in ("checks", "grading.py", "quiz.py", "cheats.py", "sandbox.py")
 )
 
 
@@ -435,6 +513,7 @@ def _is_trusted(filename: str) -> bool:
 
 
 _STDLIB = os.path.dirname(os.path.abspath(threading.__file__)) + os.sep
+_SANDBOX = os.path.join(_PACKAGE_DIR, "sandbox.py")
 _TORCH_DIR = ""
 
 
@@ -463,14 +542,58 @@ def _student_self(frame) -> bool:
     return bool(module) and not module.startswith(("torch", REFERENCE))
 
 
+def _is_stdlib(filename: str) -> bool:
+    """Python's own library (not the packages installed next to it)."""
+    return filename.startswith(_STDLIB) and not any(
+        part in filename for part in ("site-packages", "dist-packages")
+    )
+
+
+def _first_caller(frame):
+    """The first frame above ``frame`` that is neither PyTorch's nor the standard
+    library's: whoever asked, through ``nn.Module.__call__``, ``functools.partial``,
+    ``singledispatch``, a thread pool... (None: no such frame)."""
+    torch_dir = _torch_dir()
+    caller = frame.f_back
+    while caller is not None:
+        name = caller.f_code.co_filename
+        if not (name.startswith(torch_dir) or _is_stdlib(name) or name.startswith("<frozen")):
+            return caller
+        caller = caller.f_back
+    return None
+
+
+def _switches() -> tuple[dict, dict]:
+    """The functions that switch the watch off: (C functions by id, code objects), each
+    with its dotted name."""
+    c_level, python = {}, {}
+    for path in WATCH_SWITCHES:
+        owner, _, attr = path.rpartition(".")
+        obj = getattr(sys.modules.get(owner), attr, None)
+        if obj is None or attr == "monitoring":
+            continue
+        if hasattr(obj, "__code__"):
+            python[obj.__code__] = path
+        else:
+            c_level[id(obj)] = path
+    monitoring = getattr(sys, "monitoring", None)  # Python 3.12+
+    for attr in ("set_events", "set_local_events", "register_callback", "use_tool_id"):
+        if hasattr(monitoring, attr):
+            c_level[id(getattr(monitoring, attr))] = f"sys.monitoring.{attr}"
+    return c_level, python
+
+
 @contextmanager
 def watch_calls(answer_builtins: Sequence[str] = (), allowed: Iterable[str] = ()):
     """Record, in the yielded list, the reference and answer built-ins the student calls.
 
     Entries are dotted names (``"attention_course.norms.LayerNorm"``,
-    ``"torch.nn.functional.scaled_dot_product_attention"``). Calls made by the checkers
-    themselves (the reference computing the expected output) are not recorded, nor
-    calls of the building blocks in ``allowed`` (names, e.g. ``"MultiHeadAttention"``).
+    ``"torch.nn.functional.scaled_dot_product_attention"``), or ``WATCH_OFF`` and the
+    name of what switched the watch off (``sys.setprofile``, ``threading.setprofile``...;
+    seen when called, and checked again when the watch ends). Calls made by the
+    checkers themselves (the reference computing the expected output) and by the
+    reference inside itself are not recorded, nor calls of the building blocks in
+    ``allowed`` (names, e.g. ``"MultiHeadAttention"``).
     """
     allowed = set(allowed)
     seen: list[str] = []
@@ -484,17 +607,31 @@ def watch_calls(answer_builtins: Sequence[str] = (), allowed: Iterable[str] = ()
             watched_c[id(obj)] = path
         for code in _code_objects(obj):
             watched_code[code] = path
-    torch_dir = _torch_dir()
+    switches_c, switches_code = _switches()
+    this_file = os.path.abspath(__file__)
+
+    def switched_off(what: str) -> None:
+        if WATCH_OFF + what not in seen:
+            seen.append(WATCH_OFF + what)
 
     def profile(frame, event, arg):
         if event == "c_call":
             path = watched_c.get(id(arg))
             if path and path not in seen and _student_on_stack(frame):
                 seen.append(path)
+            switch = switches_c.get(id(arg))
+            if switch and frame.f_code.co_filename != this_file:
+                switched_off(switch)
             return
         if event != "call":
             return
         code = frame.f_code
+        switch = switches_code.get(code)
+        if switch is not None:
+            caller = frame.f_back
+            if caller is None or caller.f_code.co_filename != this_file:
+                switched_off(switch)
+            return
         path = watched_code.get(code)
         if path is not None:
             if path not in seen and (_student_on_stack(frame.f_back) or _student_self(frame)):
@@ -502,15 +639,13 @@ def watch_calls(answer_builtins: Sequence[str] = (), allowed: Iterable[str] = ()
             return
         name = code.co_filename
         if name.startswith(_PACKAGE_DIR) and not _is_trusted(name):
-            caller = frame.f_back
-            while caller is not None and caller.f_code.co_filename.startswith(torch_dir):
-                caller = caller.f_back
-            if caller is None:
-                return
-            caller_name = caller.f_code.co_filename
-            if caller_name.startswith(_PACKAGE_DIR) or caller_name.startswith("<frozen"):
-                return
-            if caller_name.startswith(_STDLIB):
+            caller = _first_caller(frame)
+            caller_name = caller.f_code.co_filename if caller is not None else ""
+            # The reference inside itself, or the grader: not the student's call. The
+            # sandbox calling the reference directly means the candidate *is* the
+            # reference behind C code (functools.partial): the student's. No caller at
+            # all: a thread the student started.
+            if caller_name.startswith(_PACKAGE_DIR) and caller_name != _SANDBOX:
                 return
             module = frame.f_globals.get("__name__", REFERENCE)
             qualname = getattr(code, "co_qualname", code.co_name)
@@ -526,5 +661,25 @@ def watch_calls(answer_builtins: Sequence[str] = (), allowed: Iterable[str] = ()
     try:
         yield seen
     finally:
+        # still ours? (switched off by something the profile hook could not see)
+        if sys.getprofile() is not profile:
+            switched_off("sys.setprofile")
+        if getattr(threading, "_profile_hook", profile) is not profile:
+            switched_off("threading.setprofile")
         sys.setprofile(old)
         threading.setprofile(None)
+
+
+def built_on_reference(obj: object, allowed: Iterable[str] = ()) -> str:
+    """``"class X inherits from attention_course.norms.LayerNorm"`` when ``obj`` (a class
+    of the student's, or an instance of one) has a class of the reference package in its
+    MRO, other than the building blocks in ``allowed`` (names); else ``""``."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    if str(getattr(cls, "__module__", "")).split(".")[0] == REFERENCE:
+        return ""  # the reference itself (a building block), not a class of the student's
+    allowed = set(allowed)
+    for base in cls.__mro__[1:]:
+        module = str(getattr(base, "__module__", ""))
+        if module.split(".")[0] == REFERENCE and base.__qualname__.split(".")[0] not in allowed:
+            return f"class {cls.__qualname__} inherits from {module}.{base.__qualname__}"
+    return ""

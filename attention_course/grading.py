@@ -9,8 +9,12 @@
    goes on, so one broken cell costs only what depends on it. The check cells are
    skipped: the grader runs the checks itself, so deleting or editing a check cell
    changes nothing.
-2. For every task listed in the notebook's metadata (``metadata.attention_course.tasks``,
-   written by the solved twin and kept by ``attention-course release``), the grader runs
+2. For every task of the exercise, as its solved twin declares them (the list that
+   ``attention-course release`` writes to the package's ``exercise_tasks.json``; the
+   notebook is matched by ``metadata.attention_course.exercise``, else by its file name,
+   and a notebook whose own task list was edited is graded on the exercise's list, with a
+   note; ``--trust-notebook`` grades an instructor's own notebook on its metadata), the
+   grader runs
    the task's checker, or its quiz check, **in its own process**, on a proxy of the
    student's object (:mod:`attention_course.sandbox`): the kernel only evaluates the
    student's code on the inputs it is sent and returns the results as data. Nothing the
@@ -103,6 +107,7 @@ class Grade:
     tasks: list[TaskGrade]
     cells: list[CellRun]
     timeout: float
+    notes: list[str] = field(default_factory=list)  # about the whole notebook
 
     @property
     def score(self) -> float:
@@ -125,6 +130,7 @@ class Grade:
             "passed": self.passed,
             "timeout": self.timeout,
             "tasks": [asdict(t) for t in self.tasks],
+            "notes": list(self.notes),
             "cell_problems": [
                 asdict(c) for c in self.cells if c.status in ("error", "timeout", "died")
             ],
@@ -150,7 +156,8 @@ class Grade:
             for line in rest:
                 lines.extend(_wrap(line, indent, width))
         lines.append(f"total: {self.score:g}/{self.max_score:g}")
-        notes = [f"  {t.name}: {note}" for t in self.tasks for note in t.notes]
+        notes = [f"  {note}" for note in self.notes]
+        notes += [f"  {t.name}: {note}" for t in self.tasks for note in t.notes]
         problems = [
             f"  cell {c.index} ({c.id}): {c.error}"
             for c in self.cells
@@ -218,6 +225,54 @@ def find_tasks(nb: NotebookNode) -> list[dict]:
         found[-1]["id"] = found[-1]["name"]
         found[-1]["check_cell"] = meta.get("grade_id")
     return found
+
+
+TASKS_FILE = Path(__file__).resolve().parent / "exercise_tasks.json"
+EDITED_NOTE = "the notebook's task list was edited; the exercise's own list was used"
+
+
+class UnknownExercise(ValueError):
+    """A submission whose exercise the grader cannot tell, so it has no task list to trust."""
+
+
+def exercise_tasks() -> dict[str, list[dict]]:
+    """The instructor's task list of every exercise, by exercise key (the solved twin's
+    file stem, e.g. ``04_scaled_dot_product``), as ``attention-course release`` wrote it."""
+    if not TASKS_FILE.exists():
+        return {}
+    return json.loads(TASKS_FILE.read_text(encoding="utf-8"))
+
+
+def exercise_key(nb: NotebookNode, path: str | Path) -> str:
+    """The exercise a submission is: its metadata's ``exercise``, else its file name stem."""
+    key = nb.metadata.get("attention_course", {}).get("exercise")
+    return str(key) if isinstance(key, str) and key else Path(path).stem
+
+
+def tasks_to_grade(
+    nb: NotebookNode, path: str | Path, trust_notebook: bool = False
+) -> tuple[str, list[dict], list[str]]:
+    """(exercise key, its tasks, notes): the tasks the instructor released, never the
+    submission's own list, which a student can edit (drop a failed task, raise the points,
+    point a task at an easier check). A key edited to another exercise's grades that
+    exercise's tasks, whose names the notebook does not define: zeros.
+
+    ``trust_notebook``: the notebook's own list (an instructor's notebook). Raises
+    :class:`UnknownExercise` when the exercise has no released task list.
+    """
+    key = exercise_key(nb, path)
+    own = find_tasks(nb)
+    if trust_notebook:
+        return key, own, []
+    released = exercise_tasks()
+    if key not in released:
+        raise UnknownExercise(
+            f"{path}: cannot tell which exercise this is ({key!r} is not one of "
+            f"{len(released)} released exercises); grade an instructor's own notebook "
+            "with --trust-notebook"
+        )
+    tasks = [dict(t) for t in released[key]]
+    return key, tasks, [] if own == tasks else [EDITED_NOTE]
 
 
 def _checker_names() -> set[str]:
@@ -467,12 +522,16 @@ def grade_notebook(
     kernel_name: str = KERNEL_NAME,
     memory_limit: int = DEFAULT_MEMORY_LIMIT,
     allow_builtins: bool = False,
+    trust_notebook: bool = False,
 ) -> Grade:
-    """Execute and grade one submission; never raises because of the submission.
+    """Execute and grade one submission.
 
     ``memory_limit`` bytes of memory for the kernel (0: none). A solution that
     calls the reference or the built-in that is the answer scores 0 unless
-    ``allow_builtins``, which turns that into a note.
+    ``allow_builtins``, which turns that into a note. The tasks are the exercise's
+    released ones (`tasks_to_grade`; ``trust_notebook``: the notebook's own). Raises
+    :class:`UnknownExercise` for a notebook of no released exercise, and nothing else
+    because of the submission.
     """
     import nbformat
     from nbclient.exceptions import DeadKernelError
@@ -481,8 +540,7 @@ def grade_notebook(
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
-    exercise = nb.metadata.get("attention_course", {}).get("exercise", path.stem)
-    tasks = find_tasks(nb)
+    exercise, tasks, notes = tasks_to_grade(nb, path, trust_notebook)
     cell_index = {_nbgrader(c).get("grade_id"): i for i, c in enumerate(nb.cells)}
     cell_index.pop(None, None)
     findings = scan_notebook(nb, tasks)  # before the run: the run adds outputs only
@@ -564,7 +622,7 @@ def grade_notebook(
         runner.stop()
 
     cells = [runs[i] for i in sorted(runs)]
-    return Grade(str(path), exercise, grades, cells, timeout)
+    return Grade(str(path), exercise, grades, cells, timeout, notes)
 
 
 def _fill(
@@ -621,16 +679,21 @@ def _apply_findings(
 ) -> None:
     """Score 0 (or, for built-ins with ``allow_builtins``, a note) for code that is not
     the student's own: the static findings, and what the dynamic watch saw called."""
-    from .cheats import REFERENCE, Finding
+    from .cheats import ALWAYS_DENIED, INHERITS, REFERENCE, WATCH_OFF, Finding
 
     findings = list(findings)
     for what in (result or {}).get("called", []):
-        kind = "called" if what.startswith(REFERENCE) else "called-builtin"
+        if what.startswith(WATCH_OFF):
+            kind, what = "watch", what.removeprefix(WATCH_OFF)
+        elif what.startswith(INHERITS):
+            kind, what = "inherits", what.removeprefix(INHERITS)
+        else:
+            kind = "called" if what.startswith(REFERENCE) else "called-builtin"
         findings.append(Finding(grade.id, kind, -1, 0, what))
     if not findings:
         return
     grade.findings = [f.to_dict() for f in findings]
-    denied = [f for f in findings if not allow_builtins or f.kind in ("reference", "called")]
+    denied = [f for f in findings if not allow_builtins or f.kind in ALWAYS_DENIED]
     for finding in findings:
         if finding not in denied:
             grade.notes.append(finding.message() + " (allowed by --allow-builtins)")
@@ -717,6 +780,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "instead of 0 points (calling the reference always gives 0)",
     )
     parser.add_argument(
+        "--trust-notebook",
+        action="store_true",
+        help="grade the tasks listed in the notebook's own metadata (an instructor's own "
+        "notebook; a student can edit that list). Without it the exercise's released list "
+        "is used, and a notebook of an unknown exercise is an error (exit 2)",
+    )
+    parser.add_argument(
         "--no-progress", action="store_true", help="no progress bar when grading several"
     )
 
@@ -731,13 +801,19 @@ def _grade_entry(path: Path, args: argparse.Namespace):
         nb = nbformat.read(path, as_version=4)
     except Exception as err:  # noqa: BLE001 - missing file, not JSON, JSON but not a notebook
         return Entry(path, error=f"cannot read {path}: {type(err).__name__}: {err}")
-    if not find_tasks(nb):
+    trust = getattr(args, "trust_notebook", False)
+    try:
+        _, tasks, _ = tasks_to_grade(nb, path, trust)
+    except UnknownExercise as err:
+        return Entry(path, error=str(err))
+    if not tasks:
         return Entry(path, error=f"{path} lists no exercise tasks")
     grade = grade_notebook(
         path,
         timeout=args.timeout,
         memory_limit=args.memory_limit,
         allow_builtins=args.allow_builtins,
+        trust_notebook=trust,
     )
     return Entry(path, grade)
 

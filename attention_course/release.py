@@ -16,14 +16,21 @@ markers stay), replaces a markdown answer block with a placeholder, drops cells 
 fresh ``python3`` kernel so that the student copy is committed with the failing
 "not implemented yet" reports a student first sees.
 
+It also records each exercise's task list, as the solved twin declares it
+(``metadata.attention_course.tasks``), in the package's ``exercise_tasks.json`` under the
+twin's file stem: the grader grades those tasks, never the list in a submission, which a
+student can edit (:func:`attention_course.grading.tasks_to_grade`).
+
 ``attention-course release --check`` regenerates every student copy in memory and lists
-those whose committed file differs, so a solution edited without re-releasing cannot land.
+those whose committed file differs (or whose task list in ``exercise_tasks.json`` does), so
+a solution edited without re-releasing cannot land.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,6 +53,7 @@ CODE_PLACEHOLDER = "raise NotImplementedError"
 MARKDOWN_PLACEHOLDER = "*Your answer here.*"
 SOLUTION_ONLY_TAG = "solution-only"
 DEFAULT_CELL_TIMEOUT = 120.0
+TASKS_NOTE = "its task list in attention_course/exercise_tasks.json differs"
 
 
 class ReleaseError(ValueError):
@@ -187,6 +195,37 @@ def differences(expected: NotebookNode, committed: NotebookNode, outputs: bool =
     return problems
 
 
+def tasks_path() -> Path:
+    """The package's ``exercise_tasks.json``: each exercise's released task list."""
+    return Path(__file__).resolve().parent / "exercise_tasks.json"
+
+
+def declared_tasks(solution: NotebookNode, solution_path: Path) -> list[dict]:
+    """The task list a solved twin declares; its ``exercise`` must be its file stem."""
+    course = solution.metadata.get("attention_course", {})
+    if course.get("exercise") != solution_path.stem:
+        raise ReleaseError(
+            f"{solution_path}: metadata.attention_course.exercise is "
+            f"{course.get('exercise')!r}, expected the file stem {solution_path.stem!r}"
+        )
+    return [dict(task) for task in course.get("tasks", [])]
+
+
+def record_tasks(key: str, tasks: list[dict]) -> None:
+    """Write ``tasks`` as exercise ``key``'s list in ``exercise_tasks.json``."""
+    path = tasks_path()
+    known = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    known[key] = tasks
+    text = json.dumps(dict(sorted(known.items())), indent=1, sort_keys=True) + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
+def recorded_tasks(key: str) -> list[dict] | None:
+    path = tasks_path()
+    known = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return known.get(key)
+
+
 def release(
     solution_path: Path,
     *,
@@ -208,17 +247,20 @@ def release(
         execute_notebook(solution, cwd=solution_path.parent, timeout=timeout)
         nbformat.validate(solution)
         nbformat.write(solution, solution_path)
+    tasks = declared_tasks(solution, solution_path)
     student = make_student_notebook(solution)
     target = student_path(solution_path)
     if execute:
         execute_notebook(student, cwd=target.parent, timeout=timeout)
     if check:
+        stale = [] if recorded_tasks(solution_path.stem) == tasks else [TASKS_NOTE]
         if not target.exists():
-            return [f"{target} does not exist"]
+            return [f"{target} does not exist", *stale]
         committed = nbformat.read(target, as_version=4)
-        return differences(student, committed, outputs=execute)
+        return differences(student, committed, outputs=execute) + stale
     nbformat.validate(student)
     nbformat.write(student, target)
+    record_tasks(solution_path.stem, tasks)
     return []
 
 

@@ -397,6 +397,12 @@ class _Server:
         dtype = torch.get_default_dtype()
         torch.set_default_dtype(getattr(torch, options["dtype"].removeprefix("torch.")))
         self.events = []
+        if self.watch is not None:  # a class of the student's built on the reference
+            from .cheats import INHERITS, built_on_reference
+
+            found = built_on_reference(self.objects[key], self.watch[1])
+            if found and INHERITS + found not in self.called:
+                self.called.append(INHERITS + found)
         try:
             with (
                 torch.set_grad_enabled(options["grad"]),
@@ -1282,7 +1288,8 @@ def grade_task(client: Client, task: dict, timeout: float) -> dict:
 
         check = getattr(checks, task["checker"])
         # The kernel watches for the reference and the answer built-ins while it runs the
-        # student's code (a student who switches the watch off still meets the static scan).
+        # student's code, and reports a watch switched off or a class built on the
+        # reference (`attention_course.cheats.watch_calls`, `built_on_reference`).
         builtins = list(getattr(check, "answer_builtins", ()))
         client.request(("watch", builtins, list(task.get("allowed", ()))))
         report = check(candidate, timeout=timeout)

@@ -1,0 +1,349 @@
+"""Four holes in `attention-course grade` (issue #17), each closed and pinned here.
+
+1. the task list was read from the submission, which a student can edit;
+2. a class built on the reference (``class LayerNorm(ac.LayerNorm): pass``) passed;
+3. solution code could switch the dynamic watch off (``sys.setprofile(None)``);
+4. a standard-library wrapper (``functools.partial``, ``singledispatch``, a thread pool)
+   hid the student's call of the reference.
+
+The adversarial notebooks are ``tests/fixtures/adv_*.ipynb.json`` (written by
+``tests/fixtures/make_adversarial.py``, function ``holes``); most put the cheat in a cell
+of its own after the check cell, which the static scan did not read. Each was a false pass
+before (full or inflated marks); each now scores 0 on the cheating task with the reason
+named, while the solved twin it was made from keeps full marks. Static checks need no
+kernel; each notebook that does is graded once (about 5 s each on two cores).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("nbclient")
+
+import torch  # noqa: E402
+
+import attention_course as ac  # noqa: E402
+from attention_course import grading  # noqa: E402
+from attention_course.cheats import (  # noqa: E402
+    WATCH_OFF,
+    built_on_reference,
+    scan_notebook,
+    watch_calls,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+SOLUTIONS = sorted((ROOT / "exercises" / "solutions").glob("[0-9]*.ipynb"))
+SDPA = "scaled_dot_product_attention"
+SDPA_REF = "attention_course.attention.scaled_dot_product_attention"
+EDITED = "the notebook's task list was edited; the exercise's own list was used"
+NOT_IMPLEMENTED = "implemented: not implemented yet"
+
+
+def _nb(name: str):
+    return nbformat.read(FIXTURES / f"{name}.ipynb.json", as_version=4)
+
+
+def _copy(name: str, folder: Path) -> Path:
+    path = folder / f"{name}.ipynb"
+    shutil.copy(FIXTURES / f"{name}.ipynb.json", path)
+    return path
+
+
+# ================================================================ hole 1: the task list
+
+
+def test_released_task_lists_are_what_every_solved_twin_declares():
+    released = json.loads((ROOT / "attention_course" / "exercise_tasks.json").read_text())
+    assert released == grading.exercise_tasks()
+    assert sorted(released) == [p.stem for p in SOLUTIONS]  # exercises 1-11 and 13-17
+    for path in SOLUTIONS:
+        course = nbformat.read(path, as_version=4).metadata["attention_course"]
+        assert course["exercise"] == path.stem
+        assert released[path.stem] == [dict(t) for t in course["tasks"]], path.name
+
+
+def test_the_task_list_ships_with_the_package():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert '"exercise_tasks.json"' in text.split("[tool.setuptools.package-data]")[1]
+
+
+@pytest.mark.parametrize("name", ["adv_tasks_dropped", "adv_tasks_points", "adv_tasks_renamed"])
+def test_an_edited_task_list_is_replaced_by_the_released_one(name):
+    nb = _nb(name)
+    key, tasks, notes = grading.tasks_to_grade(nb, f"{name}.ipynb")
+    assert key == "04_scaled_dot_product"
+    assert tasks == grading.exercise_tasks()["04_scaled_dot_product"]
+    assert notes == [EDITED]
+    # --trust-notebook: the notebook's own (edited) list, for an instructor's notebook
+    assert grading.tasks_to_grade(nb, "x.ipynb", trust_notebook=True)[1] != tasks
+
+
+def test_the_exercise_is_found_by_its_key_then_by_its_file_name():
+    nb = nbformat.read(SOLUTIONS[3], as_version=4)  # 04_scaled_dot_product
+    assert grading.tasks_to_grade(nb, "ada.ipynb")[2] == []  # renamed file: by its key
+    del nb.metadata["attention_course"]["exercise"]
+    assert grading.tasks_to_grade(nb, "04_scaled_dot_product.ipynb")[0] == SOLUTIONS[3].stem
+    with pytest.raises(grading.UnknownExercise, match="--trust-notebook"):
+        grading.tasks_to_grade(nb, "ada.ipynb")
+
+
+def test_an_unknown_exercise_exits_2_unless_the_notebook_is_trusted(tmp_path, capsys):
+    path = _copy("adv_tasks_unknown", tmp_path)
+    assert grading.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot tell which exercise this is ('99_made_up' is not one of" in err, err
+
+
+# ================================================================ static scan
+
+
+def _findings(name: str, task: str) -> list:
+    nb = _nb(name)
+    return scan_notebook(nb, grading.tasks_to_grade(nb, f"{name}.ipynb")[1]).get(task, [])
+
+
+def test_a_definition_in_a_cell_of_its_own_is_scanned():
+    findings = _findings("adv_subclass_mha", "MultiHeadAttention")
+    assert [(f.kind, f.what, f.code) for f in findings] == [
+        (
+            "reference",
+            "built on attention_course.MultiHeadAttention",
+            "class MultiHeadAttention(ac.MultiHeadAttention):",
+        )
+    ]
+    assert (
+        findings[0]
+        .message()
+        .startswith("the solution is built on the reference `attention_course.MultiHeadAttention`")
+    )
+    assert {f.kind for f in _findings("adv_wrap_partial", SDPA)} == {"dynamic"}
+
+
+def test_a_solution_cell_without_its_metadata_is_still_scanned():
+    nb = _nb("adv_subclass_layernorm")
+    (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "LayerNorm"]
+    del cell.metadata["nbgrader"]  # the grader no longer knows it is the solution cell
+    findings = scan_notebook(nb, grading.tasks_to_grade(nb, "x.ipynb")[1])["LayerNorm"]
+    assert ("reference", "built on attention_course.norms.LayerNorm") in {
+        (f.kind, f.what) for f in findings
+    }
+
+
+def test_the_static_scan_names_what_switches_the_watch_off():
+    thread = _findings("adv_watch_thread", SDPA)
+    assert ("watch", "threading.setprofile") in {(f.kind, f.what) for f in thread}
+    watch = next(f for f in thread if f.kind == "watch")
+    assert watch.message().startswith(
+        "the solution switches off the grader's watch (`threading.setprofile`)"
+    )
+    # spelled by a computed name: the grader cannot follow it
+    off = _findings("adv_watch_off", SDPA)
+    assert any(
+        f.kind == "dynamic" and f.what.startswith("reads an attribute of `sys`") for f in off
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "what"),
+    [
+        ("sys.setprofile(None)", "sys.setprofile"),
+        ("sys.settrace(None)", "sys.settrace"),
+        ("getattr(sys, 'setprofile')(None)", "sys.setprofile"),
+        ("sys.monitoring.set_events(1, 0)", "sys.monitoring"),
+        ("threading.settrace(None)", "threading.settrace"),
+    ],
+)
+def test_watch_switches_in_the_solution_cell(line, what):
+    nb = nbformat.read(SOLUTIONS[3], as_version=4)
+    (cell,) = [c for c in nb.cells if c.get("id") == "task1-solution"]
+    cell.source = (
+        "import sys\nimport threading\n\n\n"
+        "def scaled_dot_product_attention(query, key, value, mask=None, dropout_p=0.0, "
+        f"scale=None):\n    {line}\n    return query, None\n"
+    )
+    findings = scan_notebook(nb, grading.find_tasks(nb))[SDPA]
+    assert [(f.kind, f.what) for f in findings] == [("watch", what)], findings
+
+
+# ================================================================ the watch, in this process
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(1, 3, 4, generator=g) for _ in range(3)]
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        functools.singledispatch,
+        lambda f: functools.lru_cache(maxsize=None)(lambda *a: f(*a)),
+        lambda f: lambda *a: next(map(f, *([x] for x in a))),
+    ],
+    ids=["singledispatch", "lru_cache", "map"],
+)
+def test_a_wrapper_of_the_standard_library_hides_nothing(wrap):
+    solve = wrap(ac.scaled_dot_product_attention)
+    with watch_calls() as seen:
+        solve(*_inputs())
+    assert seen == [SDPA_REF]
+
+
+def test_the_reference_inside_itself_is_not_a_call_of_the_students():
+    model = ac.MultiHeadAttention(4, 2)
+    x = torch.randn(1, 3, 4)
+    with watch_calls(allowed=["MultiHeadAttention"]) as seen:
+        model(x, x, x)  # its forward calls scaled_dot_product_attention
+    assert seen == []
+
+
+def test_a_watch_switched_off_is_reported():
+    with watch_calls() as seen:
+        sys.setprofile(None)
+        ac.scaled_dot_product_attention(*_inputs())  # unseen
+    assert seen == [WATCH_OFF + "sys.setprofile"]
+    with watch_calls() as seen:
+        getattr(sys, "setpro" + "file")(sys.getprofile())  # put back: seen when called
+    assert seen == [WATCH_OFF + "sys.setprofile"]
+
+
+def test_built_on_reference():
+    from attention_course.norms import LayerNorm
+
+    class Mine(LayerNorm):
+        pass
+
+    class Honest(torch.nn.Module):
+        pass
+
+    assert built_on_reference(Mine) == (
+        "class test_built_on_reference.<locals>.Mine inherits from attention_course.norms.LayerNorm"
+    )
+    assert built_on_reference(Mine(3)) == built_on_reference(Mine)
+    assert built_on_reference(Mine, allowed=["LayerNorm"]) == ""  # a given building block
+    assert built_on_reference(Honest) == built_on_reference(LayerNorm(3)) == ""
+
+
+# ================================================================ graded in a kernel
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Each notebook graded once, when a test first asks for it."""
+    cache: dict = {}
+
+    def grade(name: str, **options):
+        key = (name, tuple(sorted(options.items())))
+        if key not in cache:
+            if name.startswith("solutions/"):
+                path = ROOT / "exercises" / f"{name}.ipynb"
+            else:
+                path = _copy(name, tmp_path_factory.mktemp(name))
+            cache[key] = grading.grade_notebook(path, timeout=30, **options)
+        return cache[key]
+
+    return grade
+
+
+def _task(grade, name):
+    (task,) = [t for t in grade.tasks if t.name == name]
+    return task
+
+
+CHEAT = "not the student's own code: "
+CALLED = f"while it was checked, the solution called `{SDPA_REF}`"
+
+# fixture, cheating task, lines of its reason (each line, or the start of one)
+ATTACKS = [
+    ("adv_tasks_dropped", SDPA, [NOT_IMPLEMENTED]),
+    ("adv_tasks_points", SDPA, [NOT_IMPLEMENTED]),
+    ("adv_tasks_renamed", SDPA, [NOT_IMPLEMENTED]),
+    (
+        "adv_subclass_mha",
+        "MultiHeadAttention",
+        [
+            CHEAT + "the solution is built on the reference `attention_course.MultiHeadAttention`",
+            "built on the reference: class MultiHeadAttention inherits from "
+            "attention_course.multihead.MultiHeadAttention",
+        ],
+    ),
+    (
+        "adv_subclass_layernorm",
+        "LayerNorm",
+        [
+            "the solution is built on the reference `attention_course.norms.LayerNorm`",
+            "built on the reference: class LayerNorm inherits from "
+            "attention_course.norms.LayerNorm",
+        ],
+    ),
+    (
+        "adv_watch_off",
+        SDPA,
+        [
+            "watch switched off: while it was checked, the solution called `sys.setprofile`, "
+            "which switches off the grader's watch",
+        ],
+    ),
+    (
+        "adv_watch_thread",
+        SDPA,
+        [
+            "the solution switches off the grader's watch (`threading.setprofile`)",
+            "watch switched off: while it was checked, the solution called "
+            "`threading.setprofile`, which switches off the grader's watch",
+        ],
+    ),
+    ("adv_wrap_partial", SDPA, [CALLED]),
+    ("adv_wrap_singledispatch", SDPA, [CALLED]),
+    ("adv_wrap_executor", SDPA, [CALLED]),
+    ("adv_wrap_methodcaller", SDPA, [CALLED]),
+]
+HONEST = {
+    "adv_tasks": "solutions/04_scaled_dot_product",
+    "adv_watch": "solutions/04_scaled_dot_product",
+    "adv_wrap": "solutions/04_scaled_dot_product",
+    "adv_subclass_mha": "solutions/06_multi_head_attention",
+    "adv_subclass_layernorm": "solutions/07_layernorm_batchnorm",
+}
+
+
+@pytest.mark.parametrize(("name", "task", "reasons"), ATTACKS, ids=[a[0] for a in ATTACKS])
+def test_each_attack_scores_zero_with_a_named_reason(graded, name, task, reasons):
+    grade = graded(name)
+    cheat = _task(grade, task)
+    assert (cheat.score, cheat.passed) == (0, False), cheat.reason
+    for reason in reasons:
+        assert reason in cheat.reason.splitlines() or any(
+            line.startswith(reason) for line in cheat.reason.splitlines()
+        ), cheat.reason
+    # the other tasks, the student's own, keep their marks; the totals are the released ones
+    honest = graded(next(v for k, v in HONEST.items() if name.startswith(k)))
+    assert grade.max_score == honest.max_score
+    assert grade.score == honest.score - cheat.points, grade.table()
+    assert grade.notes == ([EDITED] if name.startswith("adv_tasks") else [])
+
+
+@pytest.mark.parametrize("name", sorted(set(HONEST.values())))
+def test_the_honest_twins_keep_full_marks(graded, name):
+    grade = graded(name)
+    assert grade.passed and grade.score == grade.max_score, grade.table()
+    assert grade.notes == [] and all(not t.findings for t in grade.tasks)
+
+
+def test_watch_off_is_denied_even_with_allow_builtins(graded):
+    # --allow-builtins makes the computed import a note; switching the watch off is not
+    cheat = _task(graded("adv_watch_off", allow_builtins=True), SDPA)
+    assert cheat.score == 0 and "watch switched off" in cheat.reason, cheat.reason
+
+
+def test_a_trusted_notebook_of_an_unknown_exercise_is_graded_on_its_own_list(graded):
+    grade = graded("adv_tasks_unknown", trust_notebook=True)
+    assert grade.exercise == "99_made_up" and grade.passed and grade.score == 5

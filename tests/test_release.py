@@ -203,3 +203,23 @@ def test_nbgrader_metadata(solution):
     assert len(grade_ids) == len(set(grade_ids)), "grade_id must be unique"
     for task in nb.metadata["attention_course"]["tasks"]:
         assert {task["solution_cell"], task["check_cell"]} <= set(grade_ids)
+
+
+def test_check_names_a_stale_released_task_list(tmp_path, monkeypatch):
+    """`release --check` fails when exercise_tasks.json no longer matches a solved twin."""
+    import json
+
+    from attention_course import release as release_module
+
+    solution = SOLUTIONS[3]  # 04_scaled_dot_product
+    released = json.loads(release_module.tasks_path().read_text(encoding="utf-8"))
+    assert release_module.release(solution, check=True, execute=False) == []
+
+    stale = dict(released)
+    stale[solution.stem] = [dict(t, points=t["points"] + 1) for t in released[solution.stem]]
+    fake = tmp_path / "exercise_tasks.json"
+    fake.write_text(json.dumps(stale), encoding="utf-8")
+    monkeypatch.setattr(release_module, "tasks_path", lambda: fake)
+    assert release_module.release(solution, check=True, execute=False) == [
+        release_module.TASKS_NOTE
+    ]

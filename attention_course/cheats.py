@@ -72,6 +72,10 @@ WATCH_SWITCHES = (
 # Prefixes of the dynamic watch's entries that are not calls of a dotted name
 WATCH_OFF = "watch-off:"
 INHERITS = "inherits:"
+# The grader's own modules: a notebook that names one tampers with the grader
+MACHINERY = tuple(
+    f"{REFERENCE}.{name}" for name in ("cheats", "sandbox", "_kernel", "grading", "gradebook")
+)
 ALWAYS_DENIED = ("reference", "called", "inherits", "watch")  # even with --allow-builtins
 
 
@@ -97,6 +101,8 @@ class Finding:
             text = f"the solution calls the reference `{self.what}` instead of its own code"
         elif self.kind == "inherits":
             text = f"built on the reference: {self.what}"
+        elif self.kind == "watch" and self.what in MACHINERY:
+            text = f"the notebook reaches into the grader's own code (`{self.what}`)"
         elif self.kind == "watch" and self.cell < 0:
             text = (
                 f"watch switched off: while it was checked, the solution called `{self.what}`,"
@@ -221,8 +227,38 @@ def _normalise(path: str) -> str:
     )
 
 
+# Where PyTorch keeps the operators behind its functions: ``torch.ops.aten.layer_norm``,
+# ``torch._C._nn.scaled_dot_product_attention``, ``torch._VF``... (and ``torch.<op>``)
+_OPERATOR_HOMES = ("torch.ops.", "torch._C.", "torch._VF.", "torch._ops.")
+
+
+def _words(name: str) -> set[str]:
+    """``"_native_layer_norm"`` -> {"native", "layer", "norm"}; ``"LayerNorm"`` -> {"layer",
+    "norm"}."""
+    spaced = "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+    return {word for word in spaced.split("_") if word}
+
+
+def _operator_match(path: str, builtins: Sequence[str]) -> str | None:
+    """The answer built-in that the operator ``path`` (under `_OPERATOR_HOMES`) computes:
+    its name has every word of the built-in's (``_scaled_dot_product_flash_attention``,
+    ``native_layer_norm``) or contains it (``_native_multi_head_attention``)."""
+    parts = path.split(".")
+    op = parts[3] if path.startswith("torch.ops.") and len(parts) > 3 else parts[-1]
+    for builtin in builtins:
+        name = builtin.rsplit(".", 1)[-1]
+        compact = name.lower().replace("_", "")
+        if _words(name) <= _words(op) or compact in op.lower().replace("_", ""):
+            return builtin
+    return None
+
+
 def _matches_builtin(path: str, builtins: Sequence[str]) -> str | None:
     path = _normalise(path)
+    if path.startswith(_OPERATOR_HOMES) or (path.startswith("torch.") and path.count(".") == 1):
+        # torch._scaled_dot_product_attention_math, torch._native_multi_head_attention...
+        exact = [b for b in builtins if path == b or path.startswith(b + ".")]
+        return exact[0] if exact else _operator_match(path, builtins)
     for builtin in builtins:
         if path == builtin or path.startswith(builtin + "."):
             return builtin
@@ -258,6 +294,12 @@ def scan_notebook(nb: Any, tasks: Sequence[dict]) -> dict[str, list[Finding]]:
     given = book.aliases(given_cells)
     everything = book.aliases(book.trees)
 
+    used: set[int] = set()  # the cells some task's solution uses
+    for task in tasks:
+        index = cell_index.get(task.get("solution_cell"))
+        index = index if index in book.trees else None
+        used.update(cell for cell, _ in _closure(book, _roots(book, index, task["name"])))
+    anywhere = _scan_anywhere(book, everything, used)
     out: dict[str, list[Finding]] = {}
     for task in tasks:
         index = cell_index.get(task.get("solution_cell"))
@@ -273,7 +315,7 @@ def scan_notebook(nb: Any, tasks: Sequence[dict]) -> dict[str, list[Finding]]:
             for name, path in given.items()
             if path.startswith(REFERENCE + ".") and name not in own and path.count(".") >= 1
         }
-        findings = _scan_task(task, index, book, everything, allowed, builtins, own)
+        findings = _scan_task(task, index, book, everything, allowed, builtins, own, anywhere)
         if findings:
             out[task.get("id", task["name"])] = findings
     return out
@@ -371,6 +413,7 @@ def _scan_task(
     allowed: set[str],
     builtins: Sequence[str],
     own: set[str],
+    anywhere: Sequence[tuple[str, int, ast.AST, str]] = (),
 ) -> list[Finding]:
     task_id = task.get("id", task["name"])
     findings: dict[tuple, Finding] = {}
@@ -380,6 +423,9 @@ def _scan_task(
         code = book.lines[cell][line - 1].strip() if 0 < line <= len(book.lines[cell]) else ""
         finding = Finding(task_id, kind, cell, line, what, code)
         findings.setdefault((kind, what, cell, line), finding)
+
+    for kind, cell, node, what in anywhere:  # what any cell does to the grader: every task's
+        add(kind, cell, node, what)
 
     def check_path(path: str, cell: int, node: ast.AST) -> None:
         if path == REFERENCE or path.startswith(REFERENCE + "."):
@@ -437,6 +483,53 @@ def _scan_task(
                 _check_call(sub, cell, local, add, check_path)
                 _check_call(sub, cell, local, add, check_watch)
     return sorted(findings.values(), key=lambda f: (f.cell, f.line, f.kind))
+
+
+def _scan_anywhere(book: _Notebook, aliases: dict[str, str], used: set[int]) -> list[tuple]:
+    """What a code cell does that changes the grader or that the grader cannot follow,
+    for every task: ``(kind, cell, node, what)``.
+
+    The dynamic watch runs in the student's kernel, so a cell that no task uses can still
+    rebind it (``attention_course.cheats.watch_calls = ...``) before the grader's probe.
+    The grader's own modules (`MACHINERY`) are flagged in any cell; the watch switches
+    and code run from strings or imports by computed names in the cells that no task's
+    solution uses (`used`; in those it uses, they are that task's findings)."""
+    out: list[tuple] = []
+
+    def add(kind: str, cell: int, node: ast.AST, what: str) -> None:
+        if cell not in used or what in MACHINERY:
+            out.append((kind, cell, node, what))
+
+    def check_path(path: str, cell: int, node: ast.AST) -> None:
+        for module in MACHINERY:
+            if path == module or path.startswith(module + "."):
+                add("watch", cell, node, module)
+        for switch in WATCH_SWITCHES:
+            if path == switch or path.startswith(switch + "."):
+                add("watch", cell, node, switch)
+
+    for cell, tree in book.trees.items():
+        local = dict(aliases)
+        for sub in ast.walk(tree):
+            local.update(_import_aliases(sub))
+        for sub in ast.walk(tree):
+            if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                for path in _import_aliases(sub).values():
+                    check_path(path, cell, sub)
+            elif isinstance(sub, ast.Attribute):
+                parts = _dotted(sub)
+                if parts is not None:
+                    check_path(_resolve(parts, local), cell, sub)
+                    if _resolve(parts, local) == "sys.modules" or (
+                        parts[0] == "sys" and parts[1:2] == ["modules"]
+                    ):
+                        add("dynamic", cell, sub, "reads `sys.modules`")
+            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+                if sub.id in local:
+                    check_path(local[sub.id], cell, sub)
+            if isinstance(sub, ast.Call):
+                _check_call(sub, cell, local, add, check_path)
+    return out
 
 
 def _check_call(call: ast.Call, cell: int, aliases: dict[str, str], add, check_path) -> None:
@@ -583,6 +676,47 @@ def _switches() -> tuple[dict, dict]:
     return c_level, python
 
 
+_CLONES: dict = {}  # the reference's code objects, by value: code -> (module, qualname)
+_CLONES_OF: frozenset = frozenset()
+
+
+def _reference_codes() -> dict:
+    """Every code object of the reference modules loaded now (functions, methods, nested
+    code), keyed by value: code -> (module, qualname). A code object equals its copy with
+    another ``co_filename`` (``code.replace(co_filename=...)``, a copy of the package's
+    files imported under another name), so a copy of the reference is known wherever it
+    runs from."""
+    global _CLONES, _CLONES_OF
+    names = frozenset(n for n in list(sys.modules) if n.split(".")[0] == REFERENCE)
+    if names == _CLONES_OF:
+        return _CLONES
+    import types
+
+    codes: dict = {}
+    for name in names:
+        module = sys.modules.get(name)
+        if module is None or _is_trusted(os.path.abspath(getattr(module, "__file__", "") or "")):
+            continue
+        todo = list(vars(module).values())
+        while todo:
+            obj = todo.pop()
+            if isinstance(obj, (staticmethod, classmethod)):
+                obj = obj.__func__
+            elif isinstance(obj, property):
+                todo += [obj.fget, obj.fset, obj.fdel]
+                continue
+            if isinstance(obj, type) and obj.__module__ == name:
+                todo += list(vars(obj).values())
+            elif isinstance(obj, types.FunctionType) and obj.__module__ == name:
+                stack = [obj.__code__]
+                while stack:
+                    code = stack.pop()
+                    codes.setdefault(code, (name, getattr(code, "co_qualname", code.co_name)))
+                    stack += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    _CLONES, _CLONES_OF = codes, names
+    return codes
+
+
 @contextmanager
 def watch_calls(answer_builtins: Sequence[str] = (), allowed: Iterable[str] = ()):
     """Record, in the yielded list, the reference and answer built-ins the student calls.
@@ -609,6 +743,8 @@ def watch_calls(answer_builtins: Sequence[str] = (), allowed: Iterable[str] = ()
             watched_code[code] = path
     switches_c, switches_code = _switches()
     this_file = os.path.abspath(__file__)
+    clones = _reference_codes()
+    torch_dir = _torch_dir()
 
     def switched_off(what: str) -> None:
         if WATCH_OFF + what not in seen:
@@ -638,6 +774,21 @@ def watch_calls(answer_builtins: Sequence[str] = (), allowed: Iterable[str] = ()
                 seen.append(path)
             return
         name = code.co_filename
+        if not (name.startswith((_PACKAGE_DIR, torch_dir)) or _is_stdlib(name)):
+            # the student's code, or a copy of the reference's code made to look like it
+            found = clones.get(code)
+            if found is None or found[1].split(".")[0] in allowed or code.co_name[:1] == "<":
+                return
+            caller = _first_caller(frame)
+            if caller is not None and (
+                caller.f_code in clones
+                or caller.f_code.co_filename.startswith(_PACKAGE_DIR)
+                and caller.f_code.co_filename != _SANDBOX
+            ):
+                return  # a copy of the reference inside itself (or its original)
+            if ".".join(found) not in seen:
+                seen.append(".".join(found))
+            return
         if name.startswith(_PACKAGE_DIR) and not _is_trusted(name):
             caller = _first_caller(frame)
             caller_name = caller.f_code.co_filename if caller is not None else ""

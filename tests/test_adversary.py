@@ -305,6 +305,21 @@ ATTACKS = [
     ("adv_wrap_singledispatch", SDPA, [CALLED]),
     ("adv_wrap_executor", SDPA, [CALLED]),
     ("adv_wrap_methodcaller", SDPA, [CALLED]),
+    # second round: a copy of the reference's code objects, the answer by its operator
+    ("adv_code_copy", SDPA, [CHEAT + CALLED]),
+    (
+        "adv_aten_sdpa",
+        SDPA,
+        [
+            CHEAT + "the solution calls the built-in "
+            "`torch.nn.functional.scaled_dot_product_attention`, which is the answer itself",
+        ],
+    ),
+    (
+        "adv_aten_layernorm",
+        "LayerNorm",
+        [CHEAT + "the solution calls the built-in `torch.nn.LayerNorm`, which is the answer"],
+    ),
 ]
 HONEST = {
     "adv_tasks": "solutions/04_scaled_dot_product",
@@ -312,6 +327,9 @@ HONEST = {
     "adv_wrap": "solutions/04_scaled_dot_product",
     "adv_subclass_mha": "solutions/06_multi_head_attention",
     "adv_subclass_layernorm": "solutions/07_layernorm_batchnorm",
+    "adv_code_copy": "solutions/04_scaled_dot_product",
+    "adv_aten_sdpa": "solutions/04_scaled_dot_product",
+    "adv_aten_layernorm": "solutions/07_layernorm_batchnorm",
 }
 
 
@@ -347,3 +365,66 @@ def test_watch_off_is_denied_even_with_allow_builtins(graded):
 def test_a_trusted_notebook_of_an_unknown_exercise_is_graded_on_its_own_list(graded):
     grade = graded("adv_tasks_unknown", trust_notebook=True)
     assert grade.exercise == "99_made_up" and grade.passed and grade.score == 5
+
+
+def test_a_notebook_that_rebinds_the_watch_scores_zero_on_every_task(graded):
+    # a cell that no task uses rebinds `attention_course.cheats.watch_calls` in the kernel
+    # (where the watch runs) and hands the reference over through `builtins`: 5/5 before
+    grade = graded("adv_patch_watch")
+    reason = "the notebook reaches into the grader's own code (`attention_course.cheats`)"
+    assert grade.score == 0, grade.table()
+    for task in grade.tasks:
+        assert task.reason.startswith(CHEAT + reason), task.reason
+
+
+def test_the_grader_s_modules_are_flagged_in_any_cell():
+    nb = _nb("adv_patch_watch")
+    findings = scan_notebook(nb, grading.find_tasks(nb))
+    assert set(findings) == {SDPA, "predicted_variances", "which_bug"}
+    assert {(f.kind, f.what) for f in findings["which_bug"]} == {
+        ("watch", "attention_course.cheats")
+    }
+    for source in (
+        "from attention_course import sandbox",
+        "ac.cheats.watch_calls = None",
+        "m = __import__('attention_' + 'course.cheats')",
+    ):
+        nb = nbformat.read(ROOT / "exercises" / "solutions" / "04_scaled_dot_product.ipynb", 4)
+        nb.cells.insert(2, nbformat.v4.new_code_cell(source))
+        findings = scan_notebook(nb, grading.find_tasks(nb))
+        assert set(findings) == {SDPA, "predicted_variances", "which_bug"}, source
+
+
+def test_operator_spellings_of_the_answer_are_flagged():
+    from attention_course.cheats import _matches_builtin
+
+    sdpa = ("torch.nn.functional.scaled_dot_product_attention",)
+    norm = ("torch.nn.LayerNorm", "torch.nn.functional.layer_norm")
+    mha = ("torch.nn.MultiheadAttention", "torch.nn.functional.multi_head_attention_forward")
+    assert _matches_builtin("torch.ops.aten._scaled_dot_product_flash_attention.default", sdpa)
+    assert _matches_builtin("torch._scaled_dot_product_attention_math", sdpa)
+    assert _matches_builtin("torch._C._nn.scaled_dot_product_attention", sdpa)
+    assert _matches_builtin("torch.ops.aten.native_layer_norm", norm)
+    assert _matches_builtin("torch._C._VariableFunctions.layer_norm", norm)
+    assert _matches_builtin("torch._native_multi_head_attention", mha)
+    for honest in ("torch.ops.aten.matmul", "torch.matmul", "torch.softmax", "torch._C._nn.linear"):
+        assert _matches_builtin(honest, sdpa + norm + mha) is None, honest
+
+
+def test_a_copy_of_the_reference_s_code_is_the_reference():
+    import types
+
+    ref = ac.attention.masked_softmax
+    code = ref.__code__.replace(co_filename="<mine>")
+    copy = types.FunctionType(code, ref.__globals__)
+    scores = torch.randn(2, 3)
+    with watch_calls() as seen:
+        copy(scores, None)
+    assert seen[0] == "attention_course.attention.masked_softmax"  # then what it calls
+
+    def honest(scores, mask):
+        return torch.softmax(scores, -1)
+
+    with watch_calls() as seen:
+        honest(scores, None)
+    assert seen == []

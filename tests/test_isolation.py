@@ -160,8 +160,13 @@ def test_rebinding_the_checkers_and_the_report_earns_nothing(patched_checkers):
     cell = next(c for c in grade.cells if c.id == "cheat-patch-checkers")
     assert cell.status == "ok"  # the patching cell ran, in the kernel
     assert grade.score == 0 and not grade.passed
-    for task in grade.tasks:
-        assert task.reason.startswith("implemented: not implemented yet"), task.reason
+    for task in grade.tasks:  # named since the grader's own modules are flagged anywhere
+        assert task.reason.startswith(
+            (
+                "implemented: not implemented yet",
+                "not the student's own code: the notebook reaches into the grader's own code",
+            )
+        ), task.reason
 
 
 def test_patching_torch_comparisons_earns_nothing(patched_torch):

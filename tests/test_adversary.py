@@ -428,3 +428,38 @@ def test_a_copy_of_the_reference_s_code_is_the_reference():
     with watch_calls() as seen:
         honest(scores, None)
     assert seen == []
+
+
+# ================================================================ no false alarms
+
+SCRATCH_CELLS = [
+    "m = torch.nn.Linear(2, 2)\nm.eval()\nm.train(False)",
+    "f = torch.compile(lambda x: x)",
+    "import importlib\nimportlib.reload(torch)",
+    "import sys\nprint(sys.version, sys.path[:1])",
+    # comparing with the reference or the built-in outside the solution is allowed
+    "import attention_course as ac\nprint(ac.LayerNorm(4)(torch.ones(2, 4)))",
+    "print(torch.nn.functional.layer_norm(torch.ones(3, 4), (4,)))",
+    "v, m = torch.var_mean(torch.ones(3, 4), dim=-1)\nprint(torch.norm(v))",
+    "from attention_course.checks import check_layer_norm",
+]
+
+
+@pytest.mark.parametrize("source", SCRATCH_CELLS)
+def test_an_honest_scratch_cell_is_not_a_finding(source):
+    """A cell no task uses, doing what students do while they explore, flags nothing."""
+    path = ROOT / "exercises" / "solutions" / "07_layernorm_batchnorm.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    _, tasks, _ = grading.tasks_to_grade(nb, path)
+    nb.cells.append(nbformat.v4.new_code_cell(source))
+    assert scan_notebook(nb, tasks) == {}
+
+
+def test_sys_modules_in_a_scratch_cell_counts_against_every_task():
+    path = ROOT / "exercises" / "solutions" / "07_layernorm_batchnorm.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    _, tasks, _ = grading.tasks_to_grade(nb, path)
+    nb.cells.append(nbformat.v4.new_code_cell("import sys\nprint('torch' in sys.modules)"))
+    found = scan_notebook(nb, tasks)
+    assert set(found) == {t["id"] for t in tasks}
+    assert all(f.kind == "dynamic" for fs in found.values() for f in fs)

@@ -718,7 +718,9 @@ def _reference_codes() -> dict:
 
 
 @contextmanager
-def watch_calls(answer_builtins: Sequence[str] = (), allowed: Iterable[str] = ()):
+def watch_calls(
+    answer_builtins: Sequence[str] = (), allowed: Iterable[str] = (), sent: Iterable = ()
+):
     """Record, in the yielded list, the reference and answer built-ins the student calls.
 
     Entries are dotted names (``"attention_course.norms.LayerNorm"``,
@@ -727,9 +729,35 @@ def watch_calls(answer_builtins: Sequence[str] = (), allowed: Iterable[str] = ()
     seen when called, and checked again when the watch ends). Calls made by the
     checkers themselves (the reference computing the expected output) and by the
     reference inside itself are not recorded, nor calls of the building blocks in
-    ``allowed`` (names, e.g. ``"MultiHeadAttention"``).
+    ``allowed`` (names, e.g. ``"MultiHeadAttention"``), nor what runs inside a method of
+    an object the grader ``sent`` to the candidate (a trained model the exercise gives the
+    student to take apart: its forward is reference code by design) or of its submodules.
     """
     allowed = set(allowed)
+    sent_ids = {
+        id(part)
+        for obj in sent
+        for part in (obj.modules() if callable(getattr(obj, "modules", None)) else [obj])
+    }
+
+    def inside_sent(frame) -> bool:
+        """Whether ``frame`` runs, or is called from, a method of a sent object, with no
+        student frame in between."""
+        while frame is not None and sent_ids:
+            obj = frame.f_locals.get("self")
+            if id(obj) in sent_ids:
+                # one of its own class's methods (not a reference function bound to it)
+                method = getattr(type(obj), frame.f_code.co_name, None)
+                method = method.fget if isinstance(method, property) else method
+                if getattr(method, "__code__", None) is frame.f_code:
+                    return True
+            if not frame.f_code.co_filename.startswith((_PACKAGE_DIR, _torch_dir())) and not (
+                _is_stdlib(frame.f_code.co_filename)
+            ):
+                return False  # reached the student's code
+            frame = frame.f_back
+        return False
+
     seen: list[str] = []
     watched_c = {}
     watched_code = {}
@@ -771,7 +799,8 @@ def watch_calls(answer_builtins: Sequence[str] = (), allowed: Iterable[str] = ()
         path = watched_code.get(code)
         if path is not None:
             if path not in seen and (_student_on_stack(frame.f_back) or _student_self(frame)):
-                seen.append(path)
+                if not inside_sent(frame.f_back):
+                    seen.append(path)
             return
         name = code.co_filename
         if not (name.startswith((_PACKAGE_DIR, torch_dir)) or _is_stdlib(name)):
@@ -801,6 +830,8 @@ def watch_calls(answer_builtins: Sequence[str] = (), allowed: Iterable[str] = ()
             module = frame.f_globals.get("__name__", REFERENCE)
             qualname = getattr(code, "co_qualname", code.co_name)
             if qualname.split(".")[0] in allowed or code.co_name.startswith("<"):
+                return
+            if inside_sent(frame):
                 return
             what = f"{module}.{qualname}"
             if what not in seen:

@@ -456,7 +456,7 @@ class _Server:
             return
         from .cheats import watch_calls
 
-        with watch_calls(*self.watch) as called:
+        with watch_calls(*self.watch, sent=self.sent_modules) as called:
             try:
                 yield
             finally:

@@ -463,3 +463,61 @@ def test_sys_modules_in_a_scratch_cell_counts_against_every_task():
     found = scan_notebook(nb, tasks)
     assert set(found) == {t["id"] for t in tasks}
     assert all(f.kind == "dynamic" for fs in found.values() for f in fs)
+
+
+# ================================================================ objects the grader sends
+
+
+def _tiny_gpt():
+    torch.manual_seed(0)
+    return ac.GPT(vocab_size=11, d_model=8, num_heads=2, num_layers=1, max_len=8, ffn="none")
+
+
+def _use(model, tokens):  # a student's function: runs the model it is given
+    return model(tokens)
+
+
+def test_methods_of_a_sent_object_are_not_the_students_call():
+    """Exercise 17 sends a trained GPT to the student's function: running it is the task,
+    not a call of the reference; a GPT the student builds, a reference function, and a
+    reference method bound to the sent object are still seen."""
+    model, tokens = _tiny_gpt(), torch.randint(0, 11, (1, 5))
+    with watch_calls((), (), sent=[model]) as seen:
+        _use(model, tokens)
+    assert seen == []
+    with watch_calls((), ()) as seen:
+        _use(model, tokens)
+    assert any(name.startswith("attention_course.gpt.GPT") for name in seen), seen
+    with watch_calls((), (), sent=[model]) as seen:
+        _use(_tiny_gpt(), tokens)
+        ac.causal_mask(3)
+    assert any("GPT" in name for name in seen) and any("causal_mask" in n for n in seen), seen
+    norm = ac.LayerNorm(8)
+    bound = norm.forward.__func__.__get__(model)  # LayerNorm.forward with self = the sent GPT
+    model.weight, model.bias, model.eps = norm.weight, norm.bias, norm.eps
+    model.normalized_shape = norm.normalized_shape
+    with watch_calls((), (), sent=[model]) as seen:
+        try:
+            bound(torch.ones(2, 8))
+        except Exception:  # noqa: BLE001 - whether it computes does not matter here
+            pass
+    assert any("LayerNorm" in name for name in seen), seen
+
+
+def test_a_given_model_runs_without_its_class_imported(tmp_path):
+    """Exercise 17 without the given `GPT` import (which once kept the grader from calling
+    the model's forward the student's use of the reference): still full marks."""
+    nb = nbformat.read(ROOT / "exercises/solutions/17_induction_heads.ipynb", as_version=4)
+    edits = 0
+    for cell in nb.cells:
+        before = cell.source
+        cell.source = cell.source.replace(
+            "from attention_course import GPT, seed_everything",
+            "from attention_course import seed_everything",
+        ).replace("isinstance(model, GPT)", "type(model).__name__ == 'GPT'")
+        edits += cell.source != before
+    assert edits == 2
+    path = tmp_path / "17_induction_heads.ipynb"
+    nbformat.write(nb, path)
+    grade = grading.grade_notebook(path, timeout=60)
+    assert grade.score == grade.max_score == 9, grade.table()

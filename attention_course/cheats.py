@@ -91,6 +91,7 @@ class Finding:
     line: int  # the line in that cell (1-based), 0 if unknown
     what: str  # the resolved name, e.g. "attention_course.scaled_dot_product_attention"
     code: str = ""  # the line of code
+    via: str = ""  # for a built-in reached by its operator's name: that name
 
     def message(self) -> str:
         where = f"cell {self.cell}, line {self.line}: `{self.code}`" if self.cell >= 0 else ""
@@ -110,6 +111,11 @@ class Finding:
             )
         elif self.kind == "watch":
             text = f"the solution switches off the grader's watch (`{self.what}`)"
+        elif self.kind == "builtin" and self.via:
+            text = (
+                f"the solution calls `{self.via}`, the operator behind the built-in "
+                f"`{self.what}`, which is the answer itself"
+            )
         elif self.kind == "builtin":
             text = f"the solution calls the built-in `{self.what}`, which is the answer itself"
         elif self.kind == "called":
@@ -418,10 +424,10 @@ def _scan_task(
     task_id = task.get("id", task["name"])
     findings: dict[tuple, Finding] = {}
 
-    def add(kind: str, cell: int, node: ast.AST, what: str) -> None:
+    def add(kind: str, cell: int, node: ast.AST, what: str, via: str = "") -> None:
         line = getattr(node, "lineno", 0)
         code = book.lines[cell][line - 1].strip() if 0 < line <= len(book.lines[cell]) else ""
-        finding = Finding(task_id, kind, cell, line, what, code)
+        finding = Finding(task_id, kind, cell, line, what, code, via)
         findings.setdefault((kind, what, cell, line), finding)
 
     for kind, cell, node, what in anywhere:  # what any cell does to the grader: every task's
@@ -434,7 +440,9 @@ def _scan_task(
             return
         builtin = _matches_builtin(path, builtins)
         if builtin:
-            add("builtin", cell, node, builtin)
+            plain = _normalise(path)
+            same = plain == builtin or plain.startswith(builtin + ".")
+            add("builtin", cell, node, builtin, "" if same else plain)
 
     def check_watch(path: str, cell: int, node: ast.AST) -> None:
         for switch in WATCH_SWITCHES:

@@ -311,14 +311,18 @@ ATTACKS = [
         "adv_aten_sdpa",
         SDPA,
         [
-            CHEAT + "the solution calls the built-in "
+            CHEAT + "the solution calls `torch.ops.aten._scaled_dot_product_attention_math`, "
+            "the operator behind the built-in "
             "`torch.nn.functional.scaled_dot_product_attention`, which is the answer itself",
         ],
     ),
     (
         "adv_aten_layernorm",
         "LayerNorm",
-        [CHEAT + "the solution calls the built-in `torch.nn.LayerNorm`, which is the answer"],
+        [
+            CHEAT + "the solution calls `torch.ops.aten.layer_norm`, the operator behind the "
+            "built-in `torch.nn.LayerNorm`, which is the answer itself"
+        ],
     ),
 ]
 HONEST = {

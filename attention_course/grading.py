@@ -227,7 +227,6 @@ def find_tasks(nb: NotebookNode) -> list[dict]:
     return found
 
 
-TASKS_FILE = Path(__file__).resolve().parent / "exercise_tasks.json"
 EDITED_NOTE = "the notebook's task list was edited; the exercise's own list was used"
 
 
@@ -236,11 +235,11 @@ class UnknownExercise(ValueError):
 
 
 def exercise_tasks() -> dict[str, list[dict]]:
-    """The instructor's task list of every exercise, by exercise key (the solved twin's
-    file stem, e.g. ``04_scaled_dot_product``), as ``attention-course release`` wrote it."""
-    if not TASKS_FILE.exists():
-        return {}
-    return json.loads(TASKS_FILE.read_text(encoding="utf-8"))
+    """The instructor's task list of every exercise, by exercise key, as
+    ``attention-course release`` wrote it (`attention_course.release.released_tasks`)."""
+    from .release import released_tasks
+
+    return released_tasks()
 
 
 def exercise_key(nb: NotebookNode, path: str | Path) -> str:

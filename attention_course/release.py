@@ -211,19 +211,23 @@ def declared_tasks(solution: NotebookNode, solution_path: Path) -> list[dict]:
     return [dict(task) for task in course.get("tasks", [])]
 
 
+def released_tasks() -> dict[str, list[dict]]:
+    """Every exercise's released task list, by exercise key (the solved twin's file stem,
+    e.g. ``04_scaled_dot_product``), as ``exercise_tasks.json`` holds them."""
+    path = tasks_path()
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
 def record_tasks(key: str, tasks: list[dict]) -> None:
     """Write ``tasks`` as exercise ``key``'s list in ``exercise_tasks.json``."""
-    path = tasks_path()
-    known = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    known = released_tasks()
     known[key] = tasks
     text = json.dumps(dict(sorted(known.items())), indent=1, sort_keys=True) + "\n"
-    path.write_text(text, encoding="utf-8")
+    tasks_path().write_text(text, encoding="utf-8")
 
 
 def recorded_tasks(key: str) -> list[dict] | None:
-    path = tasks_path()
-    known = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    return known.get(key)
+    return released_tasks().get(key)
 
 
 def release(

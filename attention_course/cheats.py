@@ -76,6 +76,12 @@ INHERITS = "inherits:"
 MACHINERY = tuple(
     f"{REFERENCE}.{name}" for name in ("cheats", "sandbox", "_kernel", "grading", "gradebook")
 )
+# Namespaces that honest code reads by a computed name as an everyday idiom
+# (``getattr(F, activation)``, ``getattr(nn, "ReLU")``, ``getattr(nn.init, scheme)``):
+# every answer built-in they hand out is one the dynamic watch recognises when it is called,
+# whatever name fetched it, so such a read is no finding. A computed read of any other
+# module (``sys``, ``torch``, the reference...) still is.
+LOOKUP_MODULES = frozenset({"torch.nn.functional", "torch.nn", "torch.nn.init"})
 ALWAYS_DENIED = ("reference", "called", "inherits", "watch")  # even with --allow-builtins
 
 
@@ -114,6 +120,11 @@ class Finding:
             text = f"the solution calls the built-in `{self.what}`, which is the answer itself"
         elif self.kind == "called":
             text = f"while it was checked, the solution called `{self.what}`"
+        elif self.kind == "called-builtin":
+            text = (
+                f"while it was checked, the solution called the built-in `{self.what}`,"
+                " which is the answer itself"
+            )
         else:
             text = f"the solution {self.what}, which the grader cannot follow"
         return text + (f" ({where})" if where else "")
@@ -554,10 +565,10 @@ def _check_call(call: ast.Call, cell: int, aliases: dict[str, str], add, check_p
         if target[0] not in aliases:
             return  # an object of the student's (self, a tensor): not a module
         name = _const_str(call.args[1])
-        if name is None:
-            add("dynamic", cell, call, f"reads an attribute of `{module}` by a computed name")
-        else:
+        if name is not None:
             check_path(f"{module}.{name}", cell, call)
+        elif module not in LOOKUP_MODULES:  # getattr(F, activation): the watch sees the call
+            add("dynamic", cell, call, f"reads an attribute of `{module}` by a computed name")
 
 
 # ---------------------------------------------------------------- dynamic watch

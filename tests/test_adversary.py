@@ -521,3 +521,39 @@ def test_the_message_of_a_built_in_the_watch_saw():
         "while it was checked, the solution called the built-in "
         "`torch.nn.functional.softmax`, which is the answer itself"
     )
+
+
+def _soft_argmax_findings(solution: str, scratch: str):
+    path = ROOT / "exercises" / "solutions" / "01_attention_over_sets.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    _, tasks, _ = grading.tasks_to_grade(nb, path)
+    (cell,) = [
+        c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "soft_argmax"
+    ]
+    cell.source = solution
+    nb.cells.append(nbformat.v4.new_code_cell(scratch))
+    return scan_notebook(nb, tasks).get("soft_argmax", [])
+
+
+def test_a_variable_named_like_an_import_of_another_cell_is_the_functions_own():
+    """A scratch cell imports ``softmax`` to compare; the solution's own variable of that
+    name is not the import (Python's scoping), so it is no finding."""
+    scratch = "from torch.nn.functional import softmax\nprint(softmax(torch.ones(3), -1))"
+    honest = (
+        "def soft_argmax(scores, beta=1.0, dim=-1):\n"
+        "    e = torch.exp(beta * scores - (beta * scores).amax(dim=dim, keepdim=True))\n"
+        "    softmax = e / e.sum(dim=dim, keepdim=True)\n"
+        "    return softmax\n"
+    )
+    assert _soft_argmax_findings(honest, scratch) == []
+    # a variable of another function (or method) does not hide the import
+    cheat = (
+        "def soft_argmax(scores, beta=1.0, dim=-1):\n"
+        "    def unused():\n"
+        "        softmax = 1\n"
+        "        return softmax\n"
+        "    return softmax(beta * scores, dim=dim)\n"
+    )
+    assert [(f.kind, f.what) for f in _soft_argmax_findings(cheat, scratch)] == [
+        ("builtin", "torch.nn.functional.softmax")
+    ]

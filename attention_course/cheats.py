@@ -76,6 +76,12 @@ INHERITS = "inherits:"
 MACHINERY = tuple(
     f"{REFERENCE}.{name}" for name in ("cheats", "sandbox", "_kernel", "grading", "gradebook")
 )
+# Namespaces that honest code reads by a computed name as an everyday idiom
+# (``getattr(F, activation)``, ``getattr(nn, "ReLU")``, ``getattr(nn.init, scheme)``):
+# every answer built-in they hand out is one the dynamic watch recognises when it is called,
+# whatever name fetched it, so such a read is no finding. A computed read of any other
+# module (``sys``, ``torch``, the reference...) still is.
+LOOKUP_MODULES = frozenset({"torch.nn.functional", "torch.nn", "torch.nn.init"})
 ALWAYS_DENIED = ("reference", "called", "inherits", "watch")  # even with --allow-builtins
 
 
@@ -120,6 +126,11 @@ class Finding:
             text = f"the solution calls the built-in `{self.what}`, which is the answer itself"
         elif self.kind == "called":
             text = f"while it was checked, the solution called `{self.what}`"
+        elif self.kind == "called-builtin":
+            text = (
+                f"while it was checked, the solution called the built-in `{self.what}`,"
+                " which is the answer itself"
+            )
         else:
             text = f"the solution {self.what}, which the grader cannot follow"
         return text + (f" ({where})" if where else "")
@@ -149,6 +160,13 @@ def _dotted(node: ast.AST) -> list[str] | None:
     if isinstance(node, ast.Name):
         return [node.id, *reversed(parts)]
     return None
+
+
+def _base_name(node: ast.AST) -> ast.AST:
+    """The ``a`` of ``a.b.c``."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node
 
 
 def _const_str(node: ast.AST | None) -> str | None:
@@ -411,6 +429,62 @@ def _local_names(node: ast.AST) -> set[str]:
     return names
 
 
+def _function_locals(func: ast.AST) -> set[str]:
+    """The names local to a function or lambda: its parameters and what its own body binds
+    (assignments, loop and ``with`` targets, inner ``def``/``class``, ``except ... as``),
+    less what it declares ``global`` or ``nonlocal``. Comprehensions have scopes of their
+    own and are left out."""
+    args = func.args  # type: ignore[attr-defined]
+    every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+    names = {a.arg for a in every if a is not None}
+    declared: set[str] = set()
+    body = func.body  # type: ignore[attr-defined]
+    todo = list(body) if isinstance(body, list) else [body]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            todo += node.decorator_list
+            continue
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp)):
+            continue
+        if isinstance(node, ast.GeneratorExp):
+            continue
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            declared.update(node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        todo += ast.iter_child_nodes(node)
+    return names - declared
+
+
+def _shadowed(root: ast.AST) -> set[int]:
+    """The ids of the ``Name`` loads of ``root`` that read a variable of an enclosing
+    function (``softmax = e / e.sum()`` then ``return softmax``): by Python's scoping they
+    are the function's own, whatever an import of the same name in some cell says."""
+    out: set[int] = set()
+    todo: list[tuple[ast.AST, tuple[frozenset, ...]]] = [(root, ())]
+    while todo:
+        node, scopes = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            # decorators, defaults and annotations run in the enclosing scope
+            outer = [*getattr(node, "decorator_list", []), node.args]
+            if getattr(node, "returns", None) is not None:
+                outer.append(node.returns)  # type: ignore[union-attr]
+            todo += [(child, scopes) for child in outer]
+            inner = (*scopes, frozenset(_function_locals(node)))
+            body = node.body if isinstance(node.body, list) else [node.body]
+            todo += [(child, inner) for child in body]
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            if any(node.id in scope for scope in scopes):
+                out.add(id(node))
+        todo += [(child, scopes) for child in ast.iter_child_nodes(node)]
+    return out
+
+
 def _scan_task(
     task: dict,
     index: int | None,
@@ -452,6 +526,7 @@ def _scan_task(
     method_builtins = {b.rsplit(".", 1)[-1] for b in builtins if b.startswith("torch.Tensor.")}
     for cell, root in _closure(book, _roots(book, index, task["name"])):
         local = dict(aliases)
+        shadow = _shadowed(root)  # a function's own variables, not the imports they mirror
         bases = set()  # the `ac` of `ac.x`: judged with its attribute, not alone
         class_bases = set()  # judged as "built on" by their class
         for sub in ast.walk(root):
@@ -476,6 +551,8 @@ def _scan_task(
                     check_path(path, cell, sub)
             elif isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Load):
                 parts = _dotted(sub)
+                if parts is not None and id(_base_name(sub)) in shadow:
+                    parts = None  # `x.softmax` with `x` a variable of the function's
                 if parts is not None:
                     check_path(_resolve(parts, local), cell, sub)
                     check_watch(_resolve(parts, local), cell, sub)
@@ -484,7 +561,7 @@ def _scan_task(
                 if sub.attr in method_builtins and (parts is None or parts[0] not in local):
                     add("builtin", cell, sub, f"torch.Tensor.{sub.attr}")
             elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
-                if sub.id in local and id(sub) not in bases:
+                if sub.id in local and id(sub) not in bases and id(sub) not in shadow:
                     check_path(local[sub.id], cell, sub)
                     check_watch(local[sub.id], cell, sub)
             if isinstance(sub, ast.Call):
@@ -562,10 +639,10 @@ def _check_call(call: ast.Call, cell: int, aliases: dict[str, str], add, check_p
         if target[0] not in aliases:
             return  # an object of the student's (self, a tensor): not a module
         name = _const_str(call.args[1])
-        if name is None:
-            add("dynamic", cell, call, f"reads an attribute of `{module}` by a computed name")
-        else:
+        if name is not None:
             check_path(f"{module}.{name}", cell, call)
+        elif module not in LOOKUP_MODULES:  # getattr(F, activation): the watch sees the call
+            add("dynamic", cell, call, f"reads an attribute of `{module}` by a computed name")
 
 
 # ---------------------------------------------------------------- dynamic watch

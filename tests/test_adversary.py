@@ -525,3 +525,97 @@ def test_a_given_model_runs_without_its_class_imported(tmp_path):
     nbformat.write(nb, path)
     grade = grading.grade_notebook(path, timeout=60)
     assert grade.score == grade.max_score == 9, grade.table()
+
+
+FFN_BY_NAME = """class PositionwiseFeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu"):
+        super().__init__()
+        self.activation = activation
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.act = getattr(F, activation)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(self.act(self.linear1(x))))
+"""
+
+
+def _ffn_findings(scratch: str = ""):
+    path = ROOT / "exercises" / "solutions" / "08_feed_forward.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    _, tasks, _ = grading.tasks_to_grade(nb, path)
+    ffn = "PositionwiseFeedForward"
+    (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == ffn]
+    cell.source = FFN_BY_NAME
+    if scratch:
+        nb.cells.append(nbformat.v4.new_code_cell(scratch))
+    return scan_notebook(nb, tasks)
+
+
+def test_an_activation_looked_up_by_name_is_not_a_finding():
+    """``getattr(F, activation)`` is an everyday idiom (exercise 8 takes ``activation="relu"``
+    or ``"gelu"``); every answer built-in that ``torch.nn.functional`` and ``torch.nn`` hand
+    out is one the dynamic watch recognises when it is called, whatever name fetched it."""
+    assert _ffn_findings() == {}
+    assert (
+        _ffn_findings(scratch="for name in ('ReLU', 'GELU'):\n    print(getattr(nn, name)())") == {}
+    )
+    assert (
+        _ffn_findings(
+            scratch="w = torch.empty(2, 2)\ngetattr(torch.nn.init, 'xavier_' + 'uniform_')(w)"
+        )
+        == {}
+    )
+
+
+@pytest.mark.parametrize("module", ["sys", "torch", "ac"])
+def test_a_computed_read_of_another_module_is_still_a_finding(module):
+    found = _ffn_findings(scratch=f"import sys\nname = 'x'\nprint(getattr({module}, name))")
+    assert found and all(f.kind == "dynamic" for fs in found.values() for f in fs), found
+
+
+def test_the_message_of_a_built_in_the_watch_saw():
+    from attention_course.cheats import Finding
+
+    finding = Finding("x", "called-builtin", -1, 0, "torch.nn.functional.softmax")
+    assert finding.message() == (
+        "while it was checked, the solution called the built-in "
+        "`torch.nn.functional.softmax`, which is the answer itself"
+    )
+
+
+def _soft_argmax_findings(solution: str, scratch: str):
+    path = ROOT / "exercises" / "solutions" / "01_attention_over_sets.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    _, tasks, _ = grading.tasks_to_grade(nb, path)
+    (cell,) = [
+        c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "soft_argmax"
+    ]
+    cell.source = solution
+    nb.cells.append(nbformat.v4.new_code_cell(scratch))
+    return scan_notebook(nb, tasks).get("soft_argmax", [])
+
+
+def test_a_variable_named_like_an_import_of_another_cell_is_the_functions_own():
+    """A scratch cell imports ``softmax`` to compare; the solution's own variable of that
+    name is not the import (Python's scoping), so it is no finding."""
+    scratch = "from torch.nn.functional import softmax\nprint(softmax(torch.ones(3), -1))"
+    honest = (
+        "def soft_argmax(scores, beta=1.0, dim=-1):\n"
+        "    e = torch.exp(beta * scores - (beta * scores).amax(dim=dim, keepdim=True))\n"
+        "    softmax = e / e.sum(dim=dim, keepdim=True)\n"
+        "    return softmax\n"
+    )
+    assert _soft_argmax_findings(honest, scratch) == []
+    # a variable of another function (or method) does not hide the import
+    cheat = (
+        "def soft_argmax(scores, beta=1.0, dim=-1):\n"
+        "    def unused():\n"
+        "        softmax = 1\n"
+        "        return softmax\n"
+        "    return softmax(beta * scores, dim=dim)\n"
+    )
+    assert [(f.kind, f.what) for f in _soft_argmax_findings(cheat, scratch)] == [
+        ("builtin", "torch.nn.functional.softmax")
+    ]

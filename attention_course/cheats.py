@@ -295,7 +295,43 @@ def _matches_builtin(path: str, builtins: Sequence[str]) -> str | None:
     return None
 
 
-def scan_notebook(nb: Any, tasks: Sequence[dict]) -> dict[str, list[Finding]]:
+def _statement_hash(node: ast.AST) -> str:
+    """A top-level statement's identity, whatever its layout, comments or position."""
+    import hashlib
+
+    return hashlib.sha256(ast.dump(node).encode("utf-8")).hexdigest()
+
+
+def given_code(nb: Any) -> dict[str, list[str]]:
+    """What a student copy gives (`attention-course release` stores it per exercise):
+    ``statements``, the hashes of the top-level statements of its code cells that are
+    neither solution nor check cells, and ``allowed``, the reference paths those cells
+    import (the building blocks the exercise hands out)."""
+    skip = set()
+    for index, cell in enumerate(nb.cells):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("solution") or meta.get("grade"):
+            skip.add(index)
+    book = _Notebook(nb, skip)
+    statements = {_statement_hash(node) for tree in book.trees.values() for node in tree.body}
+    paths = {p for p in book.aliases(book.trees).values() if p.startswith(REFERENCE + ".")}
+    return {"statements": sorted(statements), "allowed": sorted(paths)}
+
+
+def _exempt_lines(book: _Notebook, cells: Iterable[int], statements: set[str]) -> dict:
+    """cell -> the lines of its top-level statements that the exercise gave verbatim."""
+    out: dict[int, set[int]] = {}
+    for index in cells:
+        for node in book.trees[index].body:
+            if _statement_hash(node) in statements:
+                end = getattr(node, "end_lineno", node.lineno) or node.lineno
+                out.setdefault(index, set()).update(range(node.lineno, end + 1))
+    return out
+
+
+def scan_notebook(
+    nb: Any, tasks: Sequence[dict], given: dict | None = None
+) -> dict[str, list[Finding]]:
     """The findings of every task, by task id (tasks without findings are left out)."""
     from .checks import CHECKERS
 
@@ -314,8 +350,13 @@ def scan_notebook(nb: Any, tasks: Sequence[dict]) -> dict[str, list[Finding]]:
         if task.get("solution_cell") in cell_index:
             solution_cells.add(cell_index[task["solution_cell"]])
     book = _Notebook(nb, check_cells)
-    given_cells = [i for i in book.trees if i not in solution_cells]
-    given = book.aliases(given_cells)
+    others = [i for i in book.trees if i not in solution_cells]
+    exempt: dict[int, set[int]] = {}
+    if given is None:  # no released record (an instructor's notebook): trust its cells
+        handed_out = set(book.aliases(others).values())
+    else:  # the exercise's own statements and imports, as released
+        handed_out = set(given.get("allowed", ()))
+        exempt = _exempt_lines(book, others, set(given.get("statements", ())))
     everything = book.aliases(book.trees)
 
     used: set[int] = set()  # the cells some task's solution uses
@@ -336,17 +377,21 @@ def scan_notebook(nb: Any, tasks: Sequence[dict]) -> dict[str, list[Finding]]:
         own = {task["name"], str(task.get("checker", "")).removeprefix("check_")}
         allowed = {
             path
-            for name, path in given.items()
-            if path.startswith(REFERENCE + ".") and name not in own and path.count(".") >= 1
+            for path in handed_out
+            if path.startswith(REFERENCE + ".") and path.rsplit(".", 1)[-1] not in own
         }
-        findings = _scan_task(task, index, book, everything, allowed, builtins, own, anywhere)
+        findings = _scan_task(
+            task, index, book, everything, allowed, builtins, own, anywhere, exempt
+        )
         if findings:
             out[task.get("id", task["name"])] = findings
     return out
 
 
-def allowed_names(nb: Any, task: dict) -> list[str]:
-    """The reference names the notebook's given cells hand out, less the task's own."""
+def allowed_names(nb: Any, task: dict, given: dict | None = None) -> list[str]:
+    """The reference names the exercise hands out, less the task's own: ``given``'s
+    ``allowed`` paths (`given_code`, as released), else the imports of the notebook's
+    non-solution cells."""
     solution = set()
     check = set()
     for index, cell in enumerate(nb.cells):
@@ -357,10 +402,13 @@ def allowed_names(nb: Any, task: dict) -> list[str]:
             check.add(index)
     book = _Notebook(nb, check)
     own = {task["name"], str(task.get("checker", "")).removeprefix("check_")}
-    given = book.aliases(i for i in book.trees if i not in solution)
+    if given is None:
+        paths = set(book.aliases(i for i in book.trees if i not in solution).values())
+    else:
+        paths = set(given.get("allowed", ()))
     names = {
         path.rsplit(".", 1)[-1]
-        for path in given.values()
+        for path in paths
         if path.startswith(REFERENCE + ".") and ".checks" not in path
     }
     return sorted(names - own)
@@ -494,12 +542,15 @@ def _scan_task(
     builtins: Sequence[str],
     own: set[str],
     anywhere: Sequence[tuple[str, int, ast.AST, str]] = (),
+    exempt: dict[int, set[int]] | None = None,
 ) -> list[Finding]:
     task_id = task.get("id", task["name"])
     findings: dict[tuple, Finding] = {}
 
     def add(kind: str, cell: int, node: ast.AST, what: str, via: str = "") -> None:
         line = getattr(node, "lineno", 0)
+        if line in (exempt or {}).get(cell, ()):  # a statement the exercise gave, verbatim
+            return
         code = book.lines[cell][line - 1].strip() if 0 < line <= len(book.lines[cell]) else ""
         finding = Finding(task_id, kind, cell, line, what, code, via)
         findings.setdefault((kind, what, cell, line), finding)

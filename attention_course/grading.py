@@ -536,13 +536,16 @@ def grade_notebook(
     from nbclient.exceptions import DeadKernelError
 
     from .cheats import allowed_names, dependencies, scan_notebook
+    from .release import released_given
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     exercise, tasks, notes = tasks_to_grade(nb, path, trust_notebook)
     cell_index = {_nbgrader(c).get("grade_id"): i for i, c in enumerate(nb.cells)}
     cell_index.pop(None, None)
-    findings = scan_notebook(nb, tasks)  # before the run: the run adds outputs only
+    # the exercise's given cells, as released (None: trust the notebook's own cells)
+    given = None if trust_notebook else released_given().get(exercise)
+    findings = scan_notebook(nb, tasks, given)  # before the run: the run adds outputs only
     needs = dependencies(nb, tasks)
 
     runs: dict[int, CellRun] = {}
@@ -598,7 +601,7 @@ def grade_notebook(
 
         warming.join()
         for task, grade in zip(tasks, grades, strict=True):
-            task = {**task, "allowed": allowed_names(nb, task)}
+            task = {**task, "allowed": allowed_names(nb, task, given)}
             try:
                 result = _grade_task(runner, task, check_timeout)
             except KernelLost as error:

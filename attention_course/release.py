@@ -19,7 +19,11 @@ fresh ``python3`` kernel so that the student copy is committed with the failing
 It also records each exercise's task list, as the solved twin declares it
 (``metadata.attention_course.tasks``), in the package's ``exercise_tasks.json`` under the
 twin's file stem: the grader grades those tasks, never the list in a submission, which a
-student can edit (:func:`attention_course.grading.tasks_to_grade`).
+student can edit (:func:`attention_course.grading.tasks_to_grade`), and what the student
+copy gives in ``exercise_given.json`` (:func:`attention_course.cheats.given_code`): the
+reference names its given cells import are the building blocks the cheat scan allows
+(an import a student adds is not one), and a statement it gives, kept verbatim
+(``model = ac.GPT(...)``), is not the student's use of the reference.
 
 ``attention-course release --check`` regenerates every student copy in memory and lists
 those whose committed file differs (or whose task list in ``exercise_tasks.json`` does), so
@@ -36,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .cheats import given_code
 from .notebooks import (
     KERNEL_SPEC,
     add_timeout_argument,
@@ -54,6 +59,7 @@ MARKDOWN_PLACEHOLDER = "*Your answer here.*"
 SOLUTION_ONLY_TAG = "solution-only"
 DEFAULT_CELL_TIMEOUT = 120.0
 TASKS_NOTE = "its task list in attention_course/exercise_tasks.json differs"
+GIVEN_NOTE = "its given cells in attention_course/exercise_given.json differ"
 
 
 class ReleaseError(ValueError):
@@ -211,6 +217,24 @@ def declared_tasks(solution: NotebookNode, solution_path: Path) -> list[dict]:
     return [dict(task) for task in course.get("tasks", [])]
 
 
+def given_path() -> Path:
+    """The package's ``exercise_given.json``: what each exercise's student copy gives."""
+    return Path(__file__).resolve().parent / "exercise_given.json"
+
+
+def released_given() -> dict[str, dict]:
+    """Every exercise's given code (`attention_course.cheats.given_code`), by key."""
+    path = given_path()
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def record_given(key: str, given: dict) -> None:
+    known = released_given()
+    known[key] = given
+    text = json.dumps(dict(sorted(known.items())), indent=1, sort_keys=True) + "\n"
+    given_path().write_text(text, encoding="utf-8")
+
+
 def released_tasks() -> dict[str, list[dict]]:
     """Every exercise's released task list, by exercise key (the solved twin's file stem,
     e.g. ``04_scaled_dot_product``), as ``exercise_tasks.json`` holds them."""
@@ -258,6 +282,8 @@ def release(
         execute_notebook(student, cwd=target.parent, timeout=timeout)
     if check:
         stale = [] if recorded_tasks(solution_path.stem) == tasks else [TASKS_NOTE]
+        if released_given().get(solution_path.stem) != given_code(student):
+            stale.append(GIVEN_NOTE)
         if not target.exists():
             return [f"{target} does not exist", *stale]
         committed = nbformat.read(target, as_version=4)
@@ -265,6 +291,7 @@ def release(
     nbformat.validate(student)
     nbformat.write(student, target)
     record_tasks(solution_path.stem, tasks)
+    record_given(solution_path.stem, given_code(student))
     return []
 
 

@@ -619,3 +619,77 @@ def test_a_variable_named_like_an_import_of_another_cell_is_the_functions_own():
     assert [(f.kind, f.what) for f in _soft_argmax_findings(cheat, scratch)] == [
         ("builtin", "torch.nn.functional.softmax")
     ]
+
+
+# ================================================================ the exercise's own code
+
+
+def _released(stem: str):
+    from attention_course.release import released_given
+
+    path = ROOT / "exercises" / "solutions" / f"{stem}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    _, tasks, _ = grading.tasks_to_grade(nb, path)
+    return nb, tasks, released_given()[stem]
+
+
+def _replace_solution(nb, name: str, body: str) -> None:
+    for cell in nb.cells:
+        if cell.source.startswith(f"def {name}("):
+            cell.source = body
+            return
+    raise AssertionError(name)
+
+
+def test_the_released_given_code_is_what_every_student_copy_gives():
+    from attention_course.cheats import given_code
+    from attention_course.release import make_student_notebook, released_given
+
+    released = released_given()
+    assert sorted(released) == [p.stem for p in SOLUTIONS]
+    for path in SOLUTIONS:
+        student = make_student_notebook(nbformat.read(path, as_version=4))
+        assert released[path.stem] == given_code(student), path.stem
+
+
+def test_a_statement_the_exercise_gives_is_not_the_students_use_of_the_reference():
+    """Exercise 13 gives `model = ac.GPT(...)`; a solution reading that model is honest
+    (an honest-student pass found it scored 0), even with the given cell edited around it;
+    the same line written by the student in another form is still the reference."""
+    nb, tasks, given = _released("13_decoder_only")
+    body = "def uniform_loss():\n    return math.log(model.head.out_features)\n"
+    _replace_solution(nb, "uniform_loss", body)
+    assert scan_notebook(nb, tasks, given) == {}
+    for cell in nb.cells:  # the given cell, with a print added: the statement still counts
+        if "model = ac.GPT(" in cell.source:
+            cell.source += "\nprint(model)"
+    assert scan_notebook(nb, tasks, given) == {}
+    for cell in nb.cells:  # a different model built by the student is the reference
+        cell.source = cell.source.replace("model = ac.GPT(V,", "model = ac.GPT(V + 0,")
+    found = scan_notebook(nb, tasks, given)
+    assert [f.what for f in found["uniform_loss"]] == ["attention_course.GPT"], found
+
+
+def test_an_import_the_student_adds_is_not_a_building_block():
+    """Exercise 6 hands out `scaled_dot_product_attention`; exercise 4 does not: importing
+    it by name in an added cell does not make it one."""
+    nb, tasks, given = _released("04_scaled_dot_product")
+    nb.cells.insert(1, nbformat.v4.new_code_cell("from attention_course import masked_softmax"))
+    _replace_solution(
+        nb,
+        SDPA,
+        f"def {SDPA}(query, key, value, mask=None, dropout_p=0.0, scale=None):\n"
+        "    s = query @ key.transpose(-2, -1) * (scale or query.size(-1) ** -0.5)\n"
+        "    w = masked_softmax(s, mask)\n"
+        "    return w @ value, w\n",
+    )
+    found = scan_notebook(nb, tasks, given)
+    assert [f.what for f in found[SDPA]] == ["attention_course.masked_softmax"], found
+    assert scan_notebook(nb, tasks, None) == {}  # trusting the notebook's own cells
+    nb6, tasks6, given6 = _released("06_multi_head_attention")
+    assert scan_notebook(nb6, tasks6, given6) == {}  # the given building block stays allowed
+    from attention_course.cheats import allowed_names
+
+    names = allowed_names(nb6, tasks6[-1], given6)
+    assert "scaled_dot_product_attention" in names
+    assert "masked_softmax" not in allowed_names(nb, tasks[0], given)

@@ -693,3 +693,23 @@ def test_an_import_the_student_adds_is_not_a_building_block():
     names = allowed_names(nb6, tasks6[-1], given6)
     assert "scaled_dot_product_attention" in names
     assert "masked_softmax" not in allowed_names(nb, tasks[0], given)
+
+
+@pytest.mark.parametrize(
+    ("line", "what"),
+    [
+        ("F.rms_norm(x, self.normalized_shape, self.weight, eps)", "torch.nn.functional.rms_norm"),
+        ("nn.RMSNorm(self.normalized_shape, eps)(x)", "torch.nn.RMSNorm"),
+    ],
+)
+def test_rms_norm_from_the_builtin_is_flagged(line, what):
+    """Exercise 16 asks for RMSNorm from tensor operations; nn.RMSNorm had no declared
+    answer built-in, so a one-line wrapper of it was not flagged."""
+    nb, tasks, given = _released("16_the_modern_block")
+    old = "        y = x * torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + eps)\n"
+    for cell in nb.cells:
+        if old in cell.source:
+            cell.source = cell.source.replace(old, f"        return {line}\n")
+            cell.source = "import torch.nn.functional as F\n" + cell.source
+    found = scan_notebook(nb, tasks, given)
+    assert [(f.kind, f.what) for f in found["RMSNorm"]] == [("builtin", what)], found

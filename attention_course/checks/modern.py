@@ -263,7 +263,11 @@ def _rms_norm_state(candidate, init: dict, names: tuple[str, ...], x=None):
     return run
 
 
-@checker("rms_norm", "RMSNorm")
+@checker(
+    "rms_norm",
+    "RMSNorm",
+    answer_builtins=("torch.nn.RMSNorm", "torch.nn.functional.rms_norm", "torch.rms_norm"),
+)
 def check_rms_norm(candidate) -> list[Case]:
     """Check the class ``RMSNorm(normalized_shape, eps=None, elementwise_affine=True)``
     (``torch.nn.RMSNorm``'s semantics; ``eps=None`` is ``torch.finfo(x.dtype).eps``)."""

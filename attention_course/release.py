@@ -26,7 +26,8 @@ reference names its given cells import are the building blocks the cheat scan al
 (``model = ac.GPT(...)``), is not the student's use of the reference.
 
 ``attention-course release --check`` regenerates every student copy in memory and lists
-those whose committed file differs (or whose task list in ``exercise_tasks.json`` does), so
+those whose committed file differs (or whose entry in ``exercise_tasks.json`` or
+``exercise_given.json`` does), so
 a solution edited without re-releasing cannot land.
 """
 
@@ -201,11 +202,6 @@ def differences(expected: NotebookNode, committed: NotebookNode, outputs: bool =
     return problems
 
 
-def tasks_path() -> Path:
-    """The package's ``exercise_tasks.json``: each exercise's released task list."""
-    return Path(__file__).resolve().parent / "exercise_tasks.json"
-
-
 def declared_tasks(solution: NotebookNode, solution_path: Path) -> list[dict]:
     """The task list a solved twin declares; its ``exercise`` must be its file stem."""
     course = solution.metadata.get("attention_course", {})
@@ -217,37 +213,37 @@ def declared_tasks(solution: NotebookNode, solution_path: Path) -> list[dict]:
     return [dict(task) for task in course.get("tasks", [])]
 
 
+def tasks_path() -> Path:
+    """The package's ``exercise_tasks.json``: each exercise's released task list."""
+    return Path(__file__).resolve().parent / "exercise_tasks.json"
+
+
 def given_path() -> Path:
     """The package's ``exercise_given.json``: what each exercise's student copy gives."""
     return Path(__file__).resolve().parent / "exercise_given.json"
 
 
-def released_given() -> dict[str, dict]:
-    """Every exercise's given code (`attention_course.cheats.given_code`), by key."""
-    path = given_path()
+def _released(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
-def record_given(key: str, given: dict) -> None:
-    known = released_given()
-    known[key] = given
+def _record(path: Path, key: str, value) -> None:
+    """Write ``value`` under exercise ``key`` in the JSON file ``path`` (keys sorted)."""
+    known = _released(path)
+    known[key] = value
     text = json.dumps(dict(sorted(known.items())), indent=1, sort_keys=True) + "\n"
-    given_path().write_text(text, encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
+
+
+def released_given() -> dict[str, dict]:
+    """Every exercise's given code (`attention_course.cheats.given_code`), by key."""
+    return _released(given_path())
 
 
 def released_tasks() -> dict[str, list[dict]]:
     """Every exercise's released task list, by exercise key (the solved twin's file stem,
     e.g. ``04_scaled_dot_product``), as ``exercise_tasks.json`` holds them."""
-    path = tasks_path()
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-
-
-def record_tasks(key: str, tasks: list[dict]) -> None:
-    """Write ``tasks`` as exercise ``key``'s list in ``exercise_tasks.json``."""
-    known = released_tasks()
-    known[key] = tasks
-    text = json.dumps(dict(sorted(known.items())), indent=1, sort_keys=True) + "\n"
-    tasks_path().write_text(text, encoding="utf-8")
+    return _released(tasks_path())
 
 
 def recorded_tasks(key: str) -> list[dict] | None:
@@ -290,8 +286,8 @@ def release(
         return differences(student, committed, outputs=execute) + stale
     nbformat.validate(student)
     nbformat.write(student, target)
-    record_tasks(solution_path.stem, tasks)
-    record_given(solution_path.stem, given_code(student))
+    _record(tasks_path(), solution_path.stem, tasks)
+    _record(given_path(), solution_path.stem, given_code(student))
     return []
 
 

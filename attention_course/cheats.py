@@ -239,9 +239,17 @@ def _import_aliases(node: ast.AST) -> dict[str, str]:
     return out
 
 
+# Modules a cheat can reach as another module's attribute (``F.importlib``, ``torch.sys``)
+_REACHABLE = ("sys", "importlib", "builtins")
+
+
 def _resolve(parts: list[str], aliases: dict[str, str]) -> str:
     head = aliases.get(parts[0])
-    return ".".join([head, *parts[1:]]) if head else ".".join(parts)
+    parts = [*head.split("."), *parts[1:]] if head else list(parts)
+    for i in range(1, len(parts)):  # torch.nn.functional.importlib.x is importlib.x
+        if parts[i] in _REACHABLE:
+            return ".".join(parts[i:])
+    return ".".join(parts)
 
 
 def _normalise(path: str) -> str:
@@ -607,7 +615,7 @@ def _scan_task(
                 if parts is not None:
                     check_path(_resolve(parts, local), cell, sub)
                     check_watch(_resolve(parts, local), cell, sub)
-                    if parts[0] == "sys" and parts[1:2] == ["modules"]:
+                    if _resolve(parts, local) == "sys.modules":  # torch.sys.modules too
                         add("dynamic", cell, sub, "reads `sys.modules`")
                 if sub.attr in method_builtins and (parts is None or parts[0] not in local):
                     add("builtin", cell, sub, f"torch.Tensor.{sub.attr}")

@@ -245,6 +245,17 @@ SIG = "def scaled_dot_product_attention(query, key, value, mask=None, dropout_p=
             "builtin",
             "torch.nn.functional.scaled_dot_product_attention",
         ),
+        # sys and importlib reached as attributes of another module
+        (
+            f"{SIG}\n    m = F.importlib.import_module('attention_' + 'course')\n    return m",
+            "dynamic",
+            "imports a module by a name computed at run time",
+        ),
+        (
+            f"{SIG}\n    m = torch.sys.modules['attention_' + 'course']\n    return m",
+            "dynamic",
+            "reads `sys.modules`",
+        ),
         # a helper defined in another cell, called by the solution
         (f"{SIG}\n    return helper(query, key, value)", "reference", "attention_course.attention"),
     ],

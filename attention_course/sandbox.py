@@ -93,6 +93,20 @@ class KernelLost(Exception):
 # ---------------------------------------------------------------- the wire
 
 
+def _encode_atom(value: object) -> tuple | None:
+    """The wire form of a value both sides send as it is (None, a bool, int, float or str of
+    the exact type, a dtype, a device, a ``torch.Size``); ``None`` for anything else."""
+    if value is None or type(value) in (bool, int, float, str):
+        return ("v", value)
+    if isinstance(value, torch.dtype):
+        return ("dtype", str(value))
+    if isinstance(value, torch.device):
+        return ("device", str(value))
+    if isinstance(value, torch.Size):
+        return ("size", [int(s) for s in value])
+    return None
+
+
 def _pack(obj: object, buffers: list):
     """``obj`` as JSON-ready data; each tensor's bytes go to ``buffers``. Tuples stay JSON
     arrays; lists, dicts and tensors become one-key objects ("l", "d", "t")."""
@@ -262,14 +276,9 @@ class _Server:
             return self.ref(value)
         if type(value) in (torch.Tensor, nn.Parameter):  # a subclass stays in the kernel
             return self.tensor(value, graph)
-        if value is None or type(value) in (bool, int, float, str):
-            return ("v", value)
-        if isinstance(value, torch.dtype):
-            return ("dtype", str(value))
-        if isinstance(value, torch.device):
-            return ("device", str(value))
-        if isinstance(value, torch.Size):
-            return ("size", [int(s) for s in value])
+        atom = _encode_atom(value)
+        if atom is not None:
+            return atom
         if type(value).__module__ == "numpy" and hasattr(value, "dtype"):
             try:
                 array = __import__("numpy").asarray(value)
@@ -832,14 +841,9 @@ class Client:
             data = value.detach()
             data = torch.Tensor._make_subclass(torch.Tensor, data, False)
             return ("t", data, bool(value.requires_grad))
-        if value is None or type(value) in (bool, int, float, str):
-            return ("v", value)
-        if isinstance(value, torch.dtype):
-            return ("dtype", str(value))
-        if isinstance(value, torch.device):
-            return ("device", str(value))
-        if isinstance(value, torch.Size):
-            return ("size", [int(s) for s in value])
+        atom = _encode_atom(value)
+        if atom is not None:
+            return atom
         if isinstance(value, slice):
             return ("slice", [self.encode_plain(v) for v in (value.start, value.stop, value.step)])
         if isinstance(value, (RemoteFunction, RemoteObject)) or (

@@ -8,7 +8,7 @@ import torch
 
 from attention_course import kv as ref
 
-from ._compare import _matches, expect_close, fmt_shape
+from ._compare import expect_close, expect_meta_mask, fmt_shape, matches
 from ._data import leaf, randn
 from ._modules import expect_same_grads
 from ._runner import (
@@ -20,7 +20,6 @@ from ._runner import (
     checker,
     describe_exception,
 )
-from .masking import _expect_meta_mask
 
 # ---------------------------------------------------------------- repeat_kv: known mistakes
 
@@ -119,7 +118,7 @@ def _unambiguous(mistakes, expected: torch.Tensor):
             continue
         if isinstance(out, torch.Tensor):
             out = out.detach().cpu()
-            if out.shape == expected.shape and _matches(expected, out, 0.0, 0.0):
+            if out.shape == expected.shape and matches(expected, out, 0.0, 0.0):
                 continue
             outputs.append((description, out))
     kept = []
@@ -127,7 +126,7 @@ def _unambiguous(mistakes, expected: torch.Tensor):
         if any(
             other_description != description
             and other.shape == out.shape
-            and _matches(out, other, 0.0, 0.0)
+            and matches(out, other, 0.0, 0.0)
             for other_description, other in outputs
         ):
             continue
@@ -368,7 +367,7 @@ def _window_meta_case(candidate, size: int, window: int):
         meta = torch.device("meta")
         what = f"sliding_window_mask({size}, {window}, device=torch.device('meta'))"
         got = call_student(candidate, size, window, device=meta, what=what, error_hint=_device_hint)
-        _expect_meta_mask(
+        expect_meta_mask(
             got,
             (size, size),
             lambda device: (

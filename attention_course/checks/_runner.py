@@ -197,6 +197,36 @@ def call_student(
     return result
 
 
+def expect_value_error(
+    call: Callable[[], object],
+    what: str,
+    name: str,
+    *,
+    example: str,
+    other_error: str,
+    returned: str,
+) -> None:
+    """``call()`` runs student code on a bad value of the argument ``name`` (``what`` says
+    how): it must raise ValueError, and the message must name the argument. Otherwise the
+    case fails, saying what to do: a message that does not name it gets an example message,
+    ``ValueError(f'{example}')``; another exception gets the hint ``other_error``; returning
+    without raising gets ``returned`` (why the value is bad)."""
+    try:
+        call()
+    except ValueError as error:
+        if name not in str(error):
+            raise CaseFailed(
+                f"{what} raised ValueError({str(error)!r}): good, but the message should name "
+                f"the argument, e.g. ValueError(f'{example}')"
+            ) from None
+        return
+    except NotImplementedError as error:
+        raise NotImplementedYet(str(error)) from None
+    except Exception as error:  # noqa: BLE001 - any other exception is a failed case
+        raise CaseFailed(describe_exception(error, what) + f"\nHint: {other_error}") from None
+    raise CaseFailed(f"{what} returned without raising: {returned}")
+
+
 def _same(now: torch.Tensor, before: torch.Tensor) -> bool:
     now = now.detach()
     if now.shape != before.shape or now.dtype != before.dtype:

@@ -11,15 +11,7 @@ from attention_course import kv as ref
 from ._compare import expect_close, expect_meta_mask, fmt_shape, matches
 from ._data import leaf, randn
 from ._modules import expect_same_grads
-from ._runner import (
-    TRIVIAL,
-    Case,
-    CaseFailed,
-    NotImplementedYet,
-    call_student,
-    checker,
-    describe_exception,
-)
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker, expect_value_error
 
 # ---------------------------------------------------------------- repeat_kv: known mistakes
 
@@ -385,27 +377,14 @@ def _bad_window_case(candidate):
 
     def run():
         for window in (0, -2):
-            what = f"sliding_window_mask(5, window={window})"
-            try:
-                candidate(5, window)
-            except ValueError as error:
-                if "window" not in str(error):
-                    raise CaseFailed(
-                        f"{what} raised ValueError({str(error)!r}): good, but the message "
-                        "should name the argument, e.g. ValueError(f'window: got {window!r}, "
-                        "expected an int >= 1')"
-                    ) from None
-                continue
-            except NotImplementedError as error:
-                raise NotImplementedYet(str(error)) from None
-            except Exception as error:  # noqa: BLE001 - any other exception is a failed case
-                raise CaseFailed(
-                    describe_exception(error, what)
-                    + "\nHint: check `window` at the top of the function and raise ValueError."
-                ) from None
-            raise CaseFailed(
-                f"{what} returned without raising: a window of {window} lets a token see "
-                "nothing, not even itself; raise ValueError naming `window` unless window >= 1"
+            expect_value_error(
+                lambda window=window: candidate(5, window),
+                f"sliding_window_mask(5, window={window})",
+                "window",
+                example="window: got {window!r}, expected an int >= 1",
+                other_error="check `window` at the top of the function and raise ValueError.",
+                returned=f"a window of {window} lets a token see nothing, not even itself; "
+                "raise ValueError naming `window` unless window >= 1",
             )
 
     return run

@@ -98,14 +98,16 @@ def first_mistake(
         if not isinstance(candidate, torch.Tensor):
             continue
         candidate = candidate.detach().cpu()
-        if expected is not None and _matches(expected, candidate, atol, rtol):
+        if expected is not None and matches(expected, candidate, atol, rtol):
             continue
-        if _matches(got, candidate, atol, rtol):
+        if matches(got, candidate, atol, rtol):
             return description
     return None
 
 
-def _matches(got: torch.Tensor, candidate: torch.Tensor, atol: float, rtol: float) -> bool:
+def matches(got: torch.Tensor, candidate: torch.Tensor, atol: float, rtol: float) -> bool:
+    """``got`` equals ``candidate`` within (atol, rtol): same shape; a bool ``candidate``
+    compares with ``got != 0``; integers exactly; floats as float64, NaN equal to NaN."""
     if got.shape != candidate.shape:
         return False
     if candidate.dtype == torch.bool:
@@ -188,7 +190,7 @@ def expect_close(
 
     if check_dtype and got.dtype != expected.dtype:
         message = f"{name}: expected dtype {expected.dtype}, got {got.dtype}"
-        if _matches(got, expected, atol, rtol):
+        if matches(got, expected, atol, rtol):
             message += " (the values are right)"
             mistakes = []  # only the dtype is wrong
         if dtype_hint:
@@ -267,6 +269,20 @@ def expect_like(got, like: torch.Tensor, name: str) -> torch.Tensor:
     """Fail unless ``got`` is a tensor of ``like``'s shape with no NaN or inf where ``like``
     is finite; its values are checked elsewhere (e.g. by their dropout properties)."""
     return expect_close(got, like, name, check_dtype=False, atol=float("inf"), rtol=0.0)
+
+
+def expect_meta_mask(got, shape: tuple[int, int], moved: Callable[[str], str]) -> None:
+    """A mask asked for on the meta device: a bool tensor of ``shape`` that is still there;
+    ``moved(device type)`` says what went wrong when it came back elsewhere."""
+    if not isinstance(got, torch.Tensor):
+        raise CaseFailed(f"the mask: expected a torch.Tensor, got {type(got).__name__}")
+    if got.device != torch.device("meta"):
+        raise CaseFailed(moved(got.device.type))
+    if tuple(got.shape) != shape or got.dtype != torch.bool:
+        raise CaseFailed(
+            f"the mask on the meta device: expected a bool {shape} tensor, got "
+            f"{got.dtype} {tuple(got.shape)}"
+        )
 
 
 def expect_grad(got_grad, expected_grad, name: str, *, mistakes=(), atol=None, rtol=None):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from ._registry import REGISTRY
+
 # Tier 1 per checker target: the idea the task is about, in one or two sentences.
 CONCEPTS: dict[str, str] = {
     "soft_argmax": "Soft-argmax is a softmax of beta * scores: exponentiate (after subtracting "
@@ -127,9 +129,7 @@ def _named(message: str) -> str:
 def chapter_of(target: str) -> str | None:
     """``"04_scaled_dot_product"`` for ``"scaled_dot_product_attention"``: the chapter that
     teaches the target (the chapters and exercises share their names), from the registry."""
-    from . import _registry
-
-    for checker in _registry.REGISTRY:
+    for checker in REGISTRY:
         if checker.target == target:
             return getattr(checker.check, "chapter", None) or checker.exercise
     return None

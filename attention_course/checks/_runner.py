@@ -9,7 +9,9 @@ when the candidate still raises `NotImplementedError`.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import dataclasses
 import inspect
 import os
 import threading
@@ -18,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ._report import CaseResult, Report
@@ -194,6 +197,36 @@ def call_student(
     return result
 
 
+def expect_value_error(
+    call: Callable[[], object],
+    what: str,
+    name: str,
+    *,
+    example: str,
+    other_error: str,
+    returned: str,
+) -> None:
+    """``call()`` runs student code on a bad value of the argument ``name`` (``what`` says
+    how): it must raise ValueError, and the message must name the argument. Otherwise the
+    case fails, saying what to do: a message that does not name it gets an example message,
+    ``ValueError(f'{example}')``; another exception gets the hint ``other_error``; returning
+    without raising gets ``returned`` (why the value is bad)."""
+    try:
+        call()
+    except ValueError as error:
+        if name not in str(error):
+            raise CaseFailed(
+                f"{what} raised ValueError({str(error)!r}): good, but the message should name "
+                f"the argument, e.g. ValueError(f'{example}')"
+            ) from None
+        return
+    except NotImplementedError as error:
+        raise NotImplementedYet(str(error)) from None
+    except Exception as error:  # noqa: BLE001 - any other exception is a failed case
+        raise CaseFailed(describe_exception(error, what) + f"\nHint: {other_error}") from None
+    raise CaseFailed(f"{what} returned without raising: {returned}")
+
+
 def _same(now: torch.Tensor, before: torch.Tensor) -> bool:
     now = now.detach()
     if now.shape != before.shape or now.dtype != before.dtype:
@@ -244,6 +277,50 @@ def class_problem(candidate, target: str, class_name: str) -> str | None:
             f"`class {class_name}(nn.Module):` and call `super().__init__()` first"
         )
     return None
+
+
+# ---------------------------------------------------------------- built-ins the task writes
+
+
+class BuiltinNotAllowed(Exception):
+    """Raised when the candidate calls the built-in it is asked to write."""
+
+
+@contextlib.contextmanager
+def _forbid_builtin(name: str, module_name: str):
+    """While active, ``F.<name>`` and ``torch.<name>`` raise `BuiltinNotAllowed` (the
+    reference implementations do not use them; nn.LayerNorm / nn.BatchNorm1d / nn.RMSNorm
+    call them)."""
+
+    def forbidden(*args, **kwargs):
+        raise BuiltinNotAllowed(
+            f"do not call the built-in `F.{name}` (nor `nn.{module_name}`, which calls it): "
+            "the task is to write it from tensor operations (mean, var, sqrt)"
+        )
+
+    targets = [(F, name), (torch, name)]
+    saved = [(owner, attr, getattr(owner, attr)) for owner, attr in targets]
+    try:
+        for owner, attr, _ in saved:
+            setattr(owner, attr, forbidden)
+        yield
+    finally:
+        for owner, attr, original in saved:
+            setattr(owner, attr, original)
+
+
+def without_builtin(cases: list[Case], name: str, module_name: str) -> list[Case]:
+    """``cases``, each run with ``F.<name>`` and ``torch.<name>`` forbidden: a candidate
+    that calls the built-in it is asked to write (``nn.<module_name>`` calls it) fails."""
+
+    def wrap(run):
+        def wrapped():
+            with _forbid_builtin(name, module_name):
+                return run()
+
+        return wrapped
+
+    return [dataclasses.replace(case, run=wrap(case.run)) for case in cases]
 
 
 # ---------------------------------------------------------------- running

@@ -8,19 +8,10 @@ import torch
 
 from attention_course import kv as ref
 
-from ._compare import _matches, expect_close, fmt_shape
+from ._compare import expect_close, expect_meta_mask, fmt_shape, matches
 from ._data import leaf, randn
 from ._modules import expect_same_grads
-from ._runner import (
-    TRIVIAL,
-    Case,
-    CaseFailed,
-    NotImplementedYet,
-    call_student,
-    checker,
-    describe_exception,
-)
-from .masking import _expect_meta_mask
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker, expect_value_error
 
 # ---------------------------------------------------------------- repeat_kv: known mistakes
 
@@ -119,7 +110,7 @@ def _unambiguous(mistakes, expected: torch.Tensor):
             continue
         if isinstance(out, torch.Tensor):
             out = out.detach().cpu()
-            if out.shape == expected.shape and _matches(expected, out, 0.0, 0.0):
+            if out.shape == expected.shape and matches(expected, out, 0.0, 0.0):
                 continue
             outputs.append((description, out))
     kept = []
@@ -127,7 +118,7 @@ def _unambiguous(mistakes, expected: torch.Tensor):
         if any(
             other_description != description
             and other.shape == out.shape
-            and _matches(out, other, 0.0, 0.0)
+            and matches(out, other, 0.0, 0.0)
             for other_description, other in outputs
         ):
             continue
@@ -368,7 +359,7 @@ def _window_meta_case(candidate, size: int, window: int):
         meta = torch.device("meta")
         what = f"sliding_window_mask({size}, {window}, device=torch.device('meta'))"
         got = call_student(candidate, size, window, device=meta, what=what, error_hint=_device_hint)
-        _expect_meta_mask(
+        expect_meta_mask(
             got,
             (size, size),
             lambda device: (
@@ -386,27 +377,14 @@ def _bad_window_case(candidate):
 
     def run():
         for window in (0, -2):
-            what = f"sliding_window_mask(5, window={window})"
-            try:
-                candidate(5, window)
-            except ValueError as error:
-                if "window" not in str(error):
-                    raise CaseFailed(
-                        f"{what} raised ValueError({str(error)!r}): good, but the message "
-                        "should name the argument, e.g. ValueError(f'window: got {window!r}, "
-                        "expected an int >= 1')"
-                    ) from None
-                continue
-            except NotImplementedError as error:
-                raise NotImplementedYet(str(error)) from None
-            except Exception as error:  # noqa: BLE001 - any other exception is a failed case
-                raise CaseFailed(
-                    describe_exception(error, what)
-                    + "\nHint: check `window` at the top of the function and raise ValueError."
-                ) from None
-            raise CaseFailed(
-                f"{what} returned without raising: a window of {window} lets a token see "
-                "nothing, not even itself; raise ValueError naming `window` unless window >= 1"
+            expect_value_error(
+                lambda window=window: candidate(5, window),
+                f"sliding_window_mask(5, window={window})",
+                "window",
+                example="window: got {window!r}, expected an int >= 1",
+                other_error="check `window` at the top of the function and raise ValueError.",
+                returned=f"a window of {window} lets a token see nothing, not even itself; "
+                "raise ValueError naming `window` unless window >= 1",
             )
 
     return run

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from attention_course import masking as ref
 
-from ._compare import expect_close
+from ._compare import expect_close, expect_meta_mask
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 
 _BOOL_HINT = "build it with `dtype=torch.bool` (or compare with `<`/`<=`, which gives bools)"
@@ -80,20 +78,6 @@ def _causal_case(candidate, size: int, with_device: bool = False):
     return run
 
 
-def _expect_meta_mask(got, shape: tuple[int, int], moved: Callable[[str], str]) -> None:
-    """A mask asked for on the meta device: a bool tensor of ``shape`` that is still there;
-    ``moved(device type)`` says what went wrong when it came back elsewhere."""
-    if not isinstance(got, torch.Tensor):
-        raise CaseFailed(f"the mask: expected a torch.Tensor, got {type(got).__name__}")
-    if got.device != torch.device("meta"):
-        raise CaseFailed(moved(got.device.type))
-    if tuple(got.shape) != shape or got.dtype != torch.bool:
-        raise CaseFailed(
-            f"the mask on the meta device: expected a bool {shape} tensor, got "
-            f"{got.dtype} {tuple(got.shape)}"
-        )
-
-
 def _causal_meta_case(candidate, size: int):
     """The `device` argument, on PyTorch's "meta" device: it exists on every machine and
     holds no data, so a mask built on the CPU (device ignored) shows at once."""
@@ -103,7 +87,7 @@ def _causal_meta_case(candidate, size: int):
         got = call_student(
             candidate, size, device=meta, what=f"causal_mask({size}, device=torch.device('meta'))"
         )
-        _expect_meta_mask(
+        expect_meta_mask(
             got,
             (size, size),
             lambda device: (
@@ -248,7 +232,7 @@ def _padding_meta_case(candidate, max_len: int):
                 "the data-less meta device cannot provide; make sure the mask is created "
                 "with `device=lengths.device`"
             )
-        _expect_meta_mask(
+        expect_meta_mask(
             got,
             (3, max_len),
             lambda device: (

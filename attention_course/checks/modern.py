@@ -11,8 +11,7 @@ from attention_course import norms as ref_norms
 from ._compare import expect_close
 from ._data import randn
 from ._modules import ModulePair, build_pair
-from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
-from .norms import _without_builtin
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker, without_builtin
 
 # ---------------------------------------------------------------- RMSNorm
 
@@ -352,7 +351,7 @@ def check_rms_norm(candidate) -> list[Case]:
             covers=frozenset({"grad", "normalized_shape=tuple"}),
         ),
     ]
-    return _without_builtin(cases, "rms_norm", "RMSNorm")
+    return without_builtin(cases, "rms_norm", "RMSNorm")
 
 
 # ---------------------------------------------------------------- SwiGLU

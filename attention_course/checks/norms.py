@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-
 import torch
-import torch.nn.functional as F
 
 from attention_course import norms as ref
 
 from ._compare import expect_close
 from ._data import randn
 from ._modules import ModulePair, build_pair
-from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker, without_builtin
 
 # ---------------------------------------------------------------- LayerNorm
 
@@ -121,43 +117,6 @@ def _layer_norm_state(candidate):
     return run
 
 
-class BuiltinNotAllowed(Exception):
-    """Raised when the candidate calls the built-in it is asked to write."""
-
-
-@contextlib.contextmanager
-def _forbid_builtin(name: str, module_name: str):
-    """While active, ``F.<name>`` and ``torch.<name>`` raise `BuiltinNotAllowed` (the
-    reference implementations do not use them; nn.LayerNorm / nn.BatchNorm1d call them)."""
-
-    def forbidden(*args, **kwargs):
-        raise BuiltinNotAllowed(
-            f"do not call the built-in `F.{name}` (nor `nn.{module_name}`, which calls it): "
-            "the task is to write it from tensor operations (mean, var, sqrt)"
-        )
-
-    targets = [(F, name), (torch, name)]
-    saved = [(owner, attr, getattr(owner, attr)) for owner, attr in targets]
-    try:
-        for owner, attr, _ in saved:
-            setattr(owner, attr, forbidden)
-        yield
-    finally:
-        for owner, attr, original in saved:
-            setattr(owner, attr, original)
-
-
-def _without_builtin(cases: list[Case], name: str, module_name: str) -> list[Case]:
-    def wrap(run):
-        def wrapped():
-            with _forbid_builtin(name, module_name):
-                return run()
-
-        return wrapped
-
-    return [dataclasses.replace(case, run=wrap(case.run)) for case in cases]
-
-
 @checker(
     "layer_norm",
     "LayerNorm",
@@ -214,7 +173,7 @@ def check_layer_norm(candidate) -> list[Case]:
             covers=frozenset({"grad", "normalized_shape=tuple"}),
         ),
     ]
-    return _without_builtin(cases, "layer_norm", "LayerNorm")
+    return without_builtin(cases, "layer_norm", "LayerNorm")
 
 
 # ---------------------------------------------------------------- BatchNorm1d
@@ -565,4 +524,4 @@ def check_batch_norm(candidate) -> list[Case]:
             covers=frozenset({"grad", "mode=train", "input=(B, C, L)"}),
         ),
     ]
-    return _without_builtin(cases, "batch_norm", "BatchNorm1d")
+    return without_builtin(cases, "batch_norm", "BatchNorm1d")

@@ -16,6 +16,7 @@ import torch
 
 from ._answers import answer_name, is_number, kind, plain, show
 from ._compare import expect_close, expect_grad, expect_tuple, fmt_shape
+from ._modules import leaves
 from ._runner import Case, CaseFailed, call_student, checker, describe_exception
 
 
@@ -102,9 +103,19 @@ def _inputs(*shapes: tuple[int, ...], seed: int, dtype: torch.dtype) -> list[tor
     return [torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype) for shape in shapes]
 
 
-def _backward(got: torch.Tensor, expected: torch.Tensor, name: str, seed: int) -> None:
+def _expect_grads(
+    got: torch.Tensor,
+    expected: torch.Tensor,
+    name: str,
+    seed: int,
+    names: tuple[str, ...],
+    mine: tuple[torch.Tensor, ...],
+    theirs: tuple[torch.Tensor, ...],
+) -> None:
     """Backpropagate the same random upstream gradient through the student's and the
-    reference's ``name``; fail, naming the likely cause, when no graph is attached."""
+    reference's ``name`` (failing, with the likely cause, when no graph is attached), then
+    compare the gradients of the inputs ``names``: the student's leaves ``mine`` with the
+    reference's ``theirs``."""
     gen = torch.Generator().manual_seed(seed)
     upstream = torch.randn(expected.shape, generator=gen, dtype=torch.float64)
     expected.backward(upstream.to(expected.dtype))
@@ -120,6 +131,8 @@ def _backward(got: torch.Tensor, expected: torch.Tensor, name: str, seed: int) -
         raise CaseFailed(
             describe_exception(error, f"backpropagating through your {name}")
         ) from None
+    for input_name, a, b in zip(names, mine, theirs, strict=True):
+        expect_grad(a.grad, b.grad, input_name)
 
 
 def _expect_close(got: object, expected: torch.Tensor, name: str, **options) -> None:
@@ -150,8 +163,7 @@ def dot_product_attention_cases(candidate: Callable) -> list[Case]:
     ) -> Callable[[], None]:
         def run() -> None:
             q, k, v = _inputs(*shapes, seed=seed, dtype=dtype)
-            mine = [t.clone().requires_grad_(grad) for t in (q, k, v)]
-            theirs = [t.clone().requires_grad_(grad) for t in (q, k, v)]
+            mine, theirs = leaves(q, k, v, grad=grad)
             want_out, want_w = scaled_dot_product_attention(*theirs, scale=1.0)
             names = ("query", "key", "value")
             shown = ", ".join(f"{n} {fmt_shape(t.shape)}" for n, t in zip(names, (q, k, v)))
@@ -217,9 +229,8 @@ def dot_product_attention_cases(candidate: Callable) -> list[Case]:
                 ],
             )
             if grad:
-                _backward(output, want_out, "output", seed + 1)
-                for name, a, b in zip(("`query`", "`key`", "`value`"), mine, theirs):
-                    expect_grad(a.grad, b.grad, name)
+                grads = ("`query`", "`key`", "`value`")
+                _expect_grads(output, want_out, "output", seed + 1, grads, mine, theirs)
 
         return run
 
@@ -252,7 +263,7 @@ def masked_mean_pool_cases(candidate: Callable) -> list[Case]:
         def run() -> str:
             (x,) = _inputs((len(lengths), T, 4), seed=seed, dtype=dtype)
             mask = padding_mask(torch.tensor(lengths), max_len=T)  # (B, T), True at real tokens
-            mine, theirs = x.clone().requires_grad_(grad), x.clone().requires_grad_(grad)
+            (mine,), (theirs,) = leaves(x, grad=grad)
             want = masked_mean_pool(theirs, mask)
             call = f"masked_mean_pool(x {fmt_shape(x.shape)}, mask {fmt_shape(mask.shape)})"
             got = call_student(candidate, mine, mask, what=call, arg_names=("x", "mask"))
@@ -326,8 +337,7 @@ def masked_mean_pool_cases(candidate: Callable) -> list[Case]:
                 ],
             )
             if grad:
-                _backward(got, want, "pooled output", seed + 1)
-                expect_grad(mine.grad, theirs.grad, "`x`")
+                _expect_grads(got, want, "pooled output", seed + 1, ("`x`",), (mine,), (theirs,))
             return ""
 
         return run
@@ -574,8 +584,7 @@ def rope_attention_cases(candidate: Callable) -> list[Case]:
     def run_with(shape: tuple[int, ...], seed: int, dtype=torch.float64, grad: bool = False):
         def run() -> None:
             q, k, v = _inputs(shape, shape, shape, seed=seed, dtype=dtype)
-            mine = [t.clone().requires_grad_(grad) for t in (q, k, v)]
-            theirs = [t.clone().requires_grad_(grad) for t in (q, k, v)]
+            mine, theirs = leaves(q, k, v, grad=grad)
             want = _rope_attend(*theirs)
             call = f"rope_attention(q, k, v), each {fmt_shape(shape)}"
             got = call_student(candidate, *mine, what=call, arg_names=("q", "k", "v"))
@@ -633,9 +642,7 @@ def rope_attention_cases(candidate: Callable) -> list[Case]:
                 ],
             )
             if grad:
-                _backward(got, want, "output", seed + 1)
-                for name, a, b in zip(("`q`", "`k`", "`v`"), mine, theirs):
-                    expect_grad(a.grad, b.grad, name)
+                _expect_grads(got, want, "output", seed + 1, ("`q`", "`k`", "`v`"), mine, theirs)
 
         return run
 

@@ -11,15 +11,7 @@ from attention_course import sampling as ref
 
 from ._compare import expect_close, expect_tensor, first_mistake, fmt_values, tolerances
 from ._data import randn
-from ._runner import (
-    TRIVIAL,
-    Case,
-    CaseFailed,
-    NotImplementedYet,
-    call_student,
-    checker,
-    describe_exception,
-)
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker, expect_value_error
 
 NEG_INF = float("-inf")
 
@@ -323,29 +315,17 @@ def _value_error_case(candidate, name: str, bad_values):
 
     def run():
         logits = randn(2, 6, seed=70)
+        allowed = "top_k >= 1" if name == "top_k" else "0 < top_p <= 1"
         for value in bad_values:
-            what = f"filter_logits(logits, {name}={value!r})"
-            try:
-                candidate(logits.clone(), **{name: value})
-            except ValueError as error:
-                if name not in str(error):
-                    raise CaseFailed(
-                        f"{what} raised ValueError({str(error)!r}): good, but the message "
-                        f"should name the argument, e.g. ValueError(f'{name}: got "
-                        f"{{{name}!r}}, expected ...')"
-                    ) from None
-                continue
-            except NotImplementedError as error:
-                raise NotImplementedYet(str(error)) from None
-            except Exception as error:  # noqa: BLE001 - any other exception is a failed case
-                raise CaseFailed(
-                    describe_exception(error, what) + "\nHint: check the argument at the top "
-                    f"of the function and raise ValueError naming `{name}`."
-                ) from None
-            allowed = "top_k >= 1" if name == "top_k" else "0 < top_p <= 1"
-            raise CaseFailed(
-                f"{what} returned without raising: check the argument first and raise "
-                f"ValueError naming `{name}` unless {allowed}"
+            expect_value_error(
+                lambda value=value: candidate(logits.clone(), **{name: value}),
+                f"filter_logits(logits, {name}={value!r})",
+                name,
+                example=f"{name}: got {{{name}!r}}, expected ...",
+                other_error="check the argument at the top of the function and raise "
+                f"ValueError naming `{name}`.",
+                returned=f"check the argument first and raise ValueError naming `{name}` "
+                f"unless {allowed}",
             )
 
     return run

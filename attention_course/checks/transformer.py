@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from attention_course import transformer as ref
@@ -22,6 +24,25 @@ _HEAD_AVERAGED = (
 
 def _covers(*items: str) -> frozenset[str]:
     return frozenset(items)
+
+
+def _post_and_pre(
+    names: tuple[str, str], runs: tuple[Callable, Callable], crossed: str, *covers: str
+) -> list[Case]:
+    """The same check post-norm, then pre-norm (``names`` and ``runs`` in that order). Both
+    cases cover ``crossed`` and ``covers``, and ``crossed`` crossed with their value of
+    ``norm_first``; the pre-norm case also covers ``norm_first`` (set away from its default)."""
+    (post_name, pre_name), (post_run, pre_run) = names, runs
+    return [
+        Case(
+            post_name, post_run, covers=_covers(crossed, *covers, f"norm_first=False x {crossed}")
+        ),
+        Case(
+            pre_name,
+            pre_run,
+            covers=_covers(crossed, *covers, "norm_first", f"norm_first=True x {crossed}"),
+        ),
+    ]
 
 
 def _record(module, name: str, store: dict, handles: list) -> None:
@@ -387,15 +408,10 @@ def check_encoder_layer(candidate) -> list[Case]:
             _encoder_case(candidate, pre, x),
             covers=_covers("norm_first", "norm_first=True"),
         ),
-        Case(
-            "post-norm with a padding mask (B, 1, 1, T)",
-            _encoder_case(candidate, post, x, padding),
-            covers=_covers("mask", "norm_first=False x mask"),
-        ),
-        Case(
-            "pre-norm with a causal mask (T, T)",
-            _encoder_case(candidate, pre, x, causal),
-            covers=_covers("mask", "norm_first", "norm_first=True x mask"),
+        *_post_and_pre(
+            ("post-norm with a padding mask (B, 1, 1, T)", "pre-norm with a causal mask (T, T)"),
+            (_encoder_case(candidate, post, x, padding), _encoder_case(candidate, pre, x, causal)),
+            "mask",
         ),
         Case("T = 1", _encoder_case(candidate, post, x[:, :1]), weight=TRIVIAL),
         Case(
@@ -410,23 +426,18 @@ def check_encoder_layer(candidate) -> list[Case]:
             _encoder_case(candidate, {**post, "dropout": 0.2}, x),
             covers=_covers("dropout", "mode=eval"),
         ),
-        Case(
-            "post-norm, training mode, dropout=0.3: residual and sublayer dropout",
-            _encoder_dropout_case(candidate, big_post, big, big_padding),
-            covers=_covers(
-                "dropout", "mode=train", "dropout>0 in training", "norm_first=False x dropout"
+        *_post_and_pre(
+            (
+                "post-norm, training mode, dropout=0.3: residual and sublayer dropout",
+                "pre-norm, training mode, dropout=0.3: residual and sublayer dropout",
             ),
-        ),
-        Case(
-            "pre-norm, training mode, dropout=0.3: residual and sublayer dropout",
-            _encoder_dropout_case(candidate, big_pre, big),
-            covers=_covers(
-                "dropout",
-                "norm_first",
-                "mode=train",
-                "dropout>0 in training",
-                "norm_first=True x dropout",
+            (
+                _encoder_dropout_case(candidate, big_post, big, big_padding),
+                _encoder_dropout_case(candidate, big_pre, big),
             ),
+            "dropout",
+            "mode=train",
+            "dropout>0 in training",
         ),
         Case(
             "post-norm, return_attention=True: (x, weights (B, H, T, T))",
@@ -438,15 +449,18 @@ def check_encoder_layer(candidate) -> list[Case]:
             _encoder_attention_case(candidate, pre, x),
             covers=_covers("return_attention", "norm_first", "norm_first=True x return_attention"),
         ),
-        Case(
-            "gradients reach every parameter and x (post-norm)",
-            _encoder_case(candidate, post, x, padding, grad=True, train=True),
-            covers=_covers("grad", "mask", "mode=train", "norm_first=False x grad"),
-        ),
-        Case(
-            "gradients reach every parameter and x (pre-norm)",
-            _encoder_case(candidate, pre, x, causal, grad=True, train=True),
-            covers=_covers("grad", "mask", "mode=train", "norm_first", "norm_first=True x grad"),
+        *_post_and_pre(
+            (
+                "gradients reach every parameter and x (post-norm)",
+                "gradients reach every parameter and x (pre-norm)",
+            ),
+            (
+                _encoder_case(candidate, post, x, padding, grad=True, train=True),
+                _encoder_case(candidate, pre, x, causal, grad=True, train=True),
+            ),
+            "grad",
+            "mask",
+            "mode=train",
         ),
     ]
 
@@ -718,38 +732,38 @@ def check_decoder_layer(candidate) -> list[Case]:
     big_memory_padding = (torch.arange(10) < torch.tensor([10, 7, 9, 10])[:, None])[
         :, None, None, :
     ]  # (B, 1, 1, S)
+    masked = (x, memory, causal, memory_padding)  # both masks
+    big_inputs = (big_x, big_memory, big_causal, big_memory_padding)
     return [
         Case(
             "attributes (self_attn, cross_attn, ffn, norm1..3, norm_first)",
             _attributes_case(candidate, ref.DecoderLayer, _DECODER_ATTRIBUTES, pre),
             weight=TRIVIAL,
         ),
-        Case(
-            "post-norm, causal tgt_mask, T != S",
-            _decoder_case(candidate, post, x, memory, causal),
-            covers=_covers("tgt_mask", "norm_first=False x tgt_mask"),
-        ),
-        Case(
-            "pre-norm, causal tgt_mask, T != S",
-            _decoder_case(candidate, pre, x, memory, causal),
-            covers=_covers("tgt_mask", "norm_first", "norm_first=True x tgt_mask"),
+        *_post_and_pre(
+            ("post-norm, causal tgt_mask, T != S", "pre-norm, causal tgt_mask, T != S"),
+            (
+                _decoder_case(candidate, post, x, memory, causal),
+                _decoder_case(candidate, pre, x, memory, causal),
+            ),
+            "tgt_mask",
         ),
         Case(
             "no masks",
             _decoder_case(candidate, post, x, memory),
             covers=_covers("norm_first=False"),
         ),
-        Case(
-            "post-norm, memory_mask (B, 1, 1, S) hides padded source positions",
-            _decoder_case(candidate, post, x, memory, causal, memory_padding),
-            covers=_covers("tgt_mask", "memory_mask", "norm_first=False x memory_mask"),
-        ),
-        Case(
-            "pre-norm, memory_mask (B, 1, 1, S) hides padded source positions",
-            _decoder_case(candidate, pre, x, memory, causal, memory_padding),
-            covers=_covers(
-                "tgt_mask", "memory_mask", "norm_first", "norm_first=True x memory_mask"
+        *_post_and_pre(
+            (
+                "post-norm, memory_mask (B, 1, 1, S) hides padded source positions",
+                "pre-norm, memory_mask (B, 1, 1, S) hides padded source positions",
             ),
+            (
+                _decoder_case(candidate, post, *masked),
+                _decoder_case(candidate, pre, *masked),
+            ),
+            "memory_mask",
+            "tgt_mask",
         ),
         Case(
             "T = S (the query/memory roles must still be right)",
@@ -762,68 +776,44 @@ def check_decoder_layer(candidate) -> list[Case]:
             _decoder_case(candidate, {**post, "dropout": 0.2}, x, memory, causal),
             covers=_covers("dropout", "mode=eval"),
         ),
-        Case(
-            "post-norm, training mode, dropout=0.3: residual and sublayer dropout",
-            _decoder_dropout_case(
-                candidate, big_post, big_x, big_memory, big_causal, big_memory_padding
+        *_post_and_pre(
+            (
+                "post-norm, training mode, dropout=0.3: residual and sublayer dropout",
+                "pre-norm, training mode, dropout=0.3: residual and sublayer dropout",
             ),
-            covers=_covers(
-                "dropout", "mode=train", "dropout>0 in training", "norm_first=False x dropout"
+            (
+                _decoder_dropout_case(candidate, big_post, *big_inputs),
+                _decoder_dropout_case(candidate, big_pre, *big_inputs),
             ),
+            "dropout",
+            "mode=train",
+            "dropout>0 in training",
         ),
-        Case(
-            "pre-norm, training mode, dropout=0.3: residual and sublayer dropout",
-            _decoder_dropout_case(
-                candidate, big_pre, big_x, big_memory, big_causal, big_memory_padding
+        *_post_and_pre(
+            (
+                'post-norm, return_attention=True: (x, {"self": ..., "cross": ...})',
+                "pre-norm, return_attention=True",
             ),
-            covers=_covers(
-                "dropout",
-                "norm_first",
-                "mode=train",
-                "dropout>0 in training",
-                "norm_first=True x dropout",
+            (
+                _decoder_attention_case(candidate, post, *masked),
+                _decoder_attention_case(candidate, pre, *masked),
             ),
+            "return_attention",
+            "tgt_mask",
+            "memory_mask",
         ),
-        Case(
-            'post-norm, return_attention=True: (x, {"self": ..., "cross": ...})',
-            _decoder_attention_case(candidate, post, x, memory, causal, memory_padding),
-            covers=_covers(
-                "return_attention",
-                "tgt_mask",
-                "memory_mask",
-                "norm_first=False x return_attention",
+        *_post_and_pre(
+            (
+                "gradients reach every parameter, x and memory (post-norm)",
+                "gradients reach every parameter, x and memory (pre-norm)",
             ),
-        ),
-        Case(
-            "pre-norm, return_attention=True",
-            _decoder_attention_case(candidate, pre, x, memory, causal, memory_padding),
-            covers=_covers(
-                "return_attention",
-                "tgt_mask",
-                "memory_mask",
-                "norm_first",
-                "norm_first=True x return_attention",
+            (
+                _decoder_case(candidate, post, *masked, grad=True, train=True),
+                _decoder_case(candidate, pre, *masked, grad=True, train=True),
             ),
-        ),
-        Case(
-            "gradients reach every parameter, x and memory (post-norm)",
-            _decoder_case(
-                candidate, post, x, memory, causal, memory_padding, grad=True, train=True
-            ),
-            covers=_covers(
-                "grad", "mode=train", "tgt_mask", "memory_mask", "norm_first=False x grad"
-            ),
-        ),
-        Case(
-            "gradients reach every parameter, x and memory (pre-norm)",
-            _decoder_case(candidate, pre, x, memory, causal, memory_padding, grad=True, train=True),
-            covers=_covers(
-                "grad",
-                "mode=train",
-                "tgt_mask",
-                "memory_mask",
-                "norm_first",
-                "norm_first=True x grad",
-            ),
+            "grad",
+            "mode=train",
+            "tgt_mask",
+            "memory_mask",
         ),
     ]

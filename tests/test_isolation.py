@@ -398,6 +398,43 @@ def test_a_module_class_checked_through_the_proxies_in_a_thread():
     assert "do not call the built-in `F.layer_norm`" in str(got)
 
 
+def test_a_forbidden_attention_built_in_is_named_through_the_proxies():
+    """Exercise 13's checker forbids F.scaled_dot_product_attention (the package's own
+    modules may call it): a class that uses it fails with the same report on its proxy,
+    and the report names the built-in."""
+    from attention_course.checks import check_causal_self_attention
+
+    source = (
+        "import torch\n"
+        "from torch import nn\n"
+        "import torch.nn.functional as F\n"
+        "class CausalSelfAttention(nn.Module):\n"
+        "    def __init__(self, d_model, num_heads, bias=False, dropout=0.0):\n"
+        "        super().__init__()\n"
+        "        self.num_heads, self.dropout = num_heads, dropout\n"
+        "        self.w_q = nn.Linear(d_model, d_model, bias=bias)\n"
+        "        self.w_k = nn.Linear(d_model, d_model, bias=bias)\n"
+        "        self.w_v = nn.Linear(d_model, d_model, bias=bias)\n"
+        "        self.w_o = nn.Linear(d_model, d_model, bias=bias)\n"
+        "    def forward(self, x):\n"
+        "        B, T, D = x.shape\n"
+        "        split = lambda t: t.view(B, T, self.num_heads, -1).transpose(1, 2)\n"
+        "        q, k, v = split(self.w_q(x)), split(self.w_k(x)), split(self.w_v(x))\n"
+        "        p = self.dropout if self.training else 0.0\n"
+        "        h = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)\n"
+        "        return self.w_o(h.transpose(1, 2).reshape(B, T, D))\n"
+    )
+    namespace: dict = {}
+    exec(source, namespace)
+    expected = check_causal_self_attention(namespace["CausalSelfAttention"]).to_dict()
+    with _thread_session(namespace) as client:
+        proxy, _ = client.lookup("CausalSelfAttention")
+        got = check_causal_self_attention(proxy).to_dict()
+    assert got == expected
+    assert not got["passed"]
+    assert "do not call `F.scaled_dot_product_attention`" in str(got)
+
+
 WRONG_KINDS = {
     "an instance instead of the class": (
         "check_multi_head_attention",

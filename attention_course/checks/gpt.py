@@ -10,10 +10,7 @@ the student's module runs (either would hide the mask, the heads and the scaling
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import sys
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +20,7 @@ from attention_course import gpt as ref
 from ._compare import expect_close, expect_like, fmt_shape
 from ._data import randn
 from ._modules import build_pair, expect_same_grads, leaves
-from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker, forbid_builtins
 
 # ---------------------------------------------------------------- known mistakes
 
@@ -187,48 +184,18 @@ def _mistakes(module, x):
 
 # ---------------------------------------------------------------- running the student
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # attention_course/
-
-
-class BuiltinNotAllowed(RuntimeError):
-    """Raised when the student's module calls a built-in attention."""
-
-
-@contextlib.contextmanager
-def _no_builtin_attention():
-    """While active, ``F.scaled_dot_product_attention`` and ``nn.MultiheadAttention``'s
-    forward raise :class:`BuiltinNotAllowed`."""
-
-    def refuse():
-        raise BuiltinNotAllowed(
-            "do not call `F.scaled_dot_product_attention` (with is_causal=True it would do "
-            "the task) nor `nn.MultiheadAttention`: write the scores, the causal mask, the "
-            "softmax and the weighted sum yourself"
-        )
-
-    def guard(original):
-        def forbidden(*args, **kwargs):
-            # The package's own modules (the reference, a student's subclass of it) may.
-            caller = sys._getframe(1).f_code.co_filename
-            if os.path.abspath(caller).startswith(_PACKAGE + os.sep):
-                return original(*args, **kwargs)
-            refuse()
-
-        return forbidden
-
-    targets = [(F, "scaled_dot_product_attention"), (F, "multi_head_attention_forward")]
-    saved = [(owner, attr, getattr(owner, attr)) for owner, attr in targets]
-    try:
-        for owner, attr, original in saved:
-            setattr(owner, attr, guard(original))
-        yield
-    finally:
-        for owner, attr, original in saved:
-            setattr(owner, attr, original)
+_NO_BUILTIN_ATTENTION = (
+    "do not call `F.scaled_dot_product_attention` (with is_causal=True it would do "
+    "the task) nor `nn.MultiheadAttention`: write the scores, the causal mask, the "
+    "softmax and the weighted sum yourself"
+)
 
 
 def _call(student, x, what: str):
-    with _no_builtin_attention():
+    # nn.MultiheadAttention's forward calls F.multi_head_attention_forward; the package's
+    # own modules (the reference, a student's subclass of it) may call both
+    targets = [(F, "scaled_dot_product_attention"), (F, "multi_head_attention_forward")]
+    with forbid_builtins(targets, _NO_BUILTIN_ATTENTION, package_may=True):
         return call_student(student, x, what=what, arg_names=("x",))
 
 

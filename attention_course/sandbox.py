@@ -620,8 +620,6 @@ def _original_functions() -> dict:
 
 
 _ORIGINALS = _original_functions()
-_PROBE_NAMESPACE: dict = {}
-exec(compile("def _probe(f):\n    return f()\n", "<student>", "exec"), _PROBE_NAMESPACE)
 
 
 def _forbidden_now() -> list:
@@ -636,12 +634,9 @@ def _forbidden_now() -> list:
             code = getattr(value, "__code__", None)  # only a checker's own guard
             if code is None or not os.path.abspath(code.co_filename).startswith(_CHECKS_DIR):
                 continue
-            try:
-                _PROBE_NAMESPACE["_probe"](value)
-            except TypeError:
-                continue
-            except Exception as error:  # noqa: BLE001 - the guard says what it refuses
-                found.append((module.__name__, attr, type(error).__name__, str(error)))
+            refusal = getattr(value, "refusal", None)  # (exception name, message)
+            if isinstance(refusal, tuple) and len(refusal) == 2:
+                found.append((module.__name__, attr, str(refusal[0]), str(refusal[1])))
     return found
 
 

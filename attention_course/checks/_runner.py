@@ -215,14 +215,20 @@ def expect_value_error(
     try:
         call()
     except ValueError as error:
-        if name not in str(error):
+        if name.lower() not in str(error).lower():
             raise CaseFailed(
-                f"{what} raised ValueError({str(error)!r}): good, but the message should name "
-                f"the argument, e.g. ValueError(f'{example}')"
+                f"{what} raised ValueError({str(error)!r}): good, but the message should "
+                f"name the argument `{name}`, e.g. ValueError(f'{example}')"
             ) from None
         return
     except NotImplementedError as error:
         raise NotImplementedYet(str(error)) from None
+    except AssertionError as error:
+        raise CaseFailed(
+            describe_exception(error, what) + "\nHint: raise ValueError naming "
+            f"`{name}`, not assert (an assert is not an error a caller can catch as bad "
+            "input, and `python -O` removes it)."
+        ) from None
     except Exception as error:  # noqa: BLE001 - any other exception is a failed case
         raise CaseFailed(describe_exception(error, what) + f"\nHint: {other_error}") from None
     raise CaseFailed(f"{what} returned without raising: {returned}")
@@ -293,36 +299,53 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # attent
 @contextlib.contextmanager
 def forbid_builtins(targets: list[tuple[object, str]], message: str, *, package_may: bool = False):
     """While active, each ``getattr(owner, attr)`` of ``targets`` raises
-    :class:`BuiltinNotAllowed` with ``message`` when called. With ``package_may``, calls
-    from the package's own modules (the reference, a student's subclass of it) go through."""
+    :class:`BuiltinNotAllowed` when called, with ``message`` and the name of the function
+    called. With ``package_may``, calls from the package's own modules (the reference, a
+    student's subclass of it) go through. Code that catches the refusal and goes on (a
+    ``try``/``except`` around the built-in with a fallback) fails when the block ends: the
+    task is to not call it. Each guard carries ``refusal`` = (exception name, message),
+    which the grading sandbox forwards to the student's kernel."""
+    refused: list[str] = []
 
-    def guard(original):
+    def guard(original, shown: str):
+        text = f"{message} (your code called `{shown}`)"
+
         def forbidden(*args, **kwargs):
             if package_may:
                 caller = sys._getframe(1).f_code.co_filename
                 if os.path.abspath(caller).startswith(_PACKAGE + os.sep):
                     return original(*args, **kwargs)
-            raise BuiltinNotAllowed(message)
+            refused.append(shown)
+            raise BuiltinNotAllowed(text)
 
+        forbidden.refusal = (BuiltinNotAllowed.__name__, text)
         return forbidden
 
     saved = [(owner, attr, getattr(owner, attr)) for owner, attr in targets]
     try:
         for owner, attr, original in saved:
-            setattr(owner, attr, guard(original))
+            shown = f"{'F' if owner is F else getattr(owner, '__name__', owner)}.{attr}"
+            setattr(owner, attr, guard(original, shown))
         yield
     finally:
         for owner, attr, original in saved:
             setattr(owner, attr, original)
+    if refused:  # the refusal was raised, caught by the student's code, and ignored
+        raise CaseFailed(
+            f"your code called `{refused[0]}` and caught the exception it raised: {message}. "
+            "A try/except around the built-in with a fallback still calls it; remove the call."
+        )
 
 
-def without_builtin(cases: list[Case], name: str, module_name: str) -> list[Case]:
+def without_builtin(
+    cases: list[Case], name: str, module_name: str, operations: str = "mean, var, sqrt"
+) -> list[Case]:
     """``cases``, each run with ``F.<name>`` and ``torch.<name>`` forbidden: a candidate
-    that calls the built-in it is asked to write (``nn.<module_name>`` calls it) fails.
-    (The reference implementations do not call them.)"""
+    that calls the built-in it is asked to write (``nn.<module_name>`` calls it) fails;
+    the message suggests ``operations``. (The reference implementations do not call them.)"""
     message = (
-        f"do not call the built-in `F.{name}` (nor `nn.{module_name}`, which calls it): "
-        "the task is to write it from tensor operations (mean, var, sqrt)"
+        f"do not call the built-in `F.{name}` or `torch.{name}` (nor `nn.{module_name}`, "
+        f"which calls it): the task is to write it from tensor operations ({operations})"
     )
 
     def wrap(run):

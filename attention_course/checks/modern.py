@@ -351,7 +351,7 @@ def check_rms_norm(candidate) -> list[Case]:
             covers=frozenset({"grad", "normalized_shape=tuple"}),
         ),
     ]
-    return without_builtin(cases, "rms_norm", "RMSNorm")
+    return without_builtin(cases, "rms_norm", "RMSNorm", "square, mean, rsqrt")
 
 
 # ---------------------------------------------------------------- SwiGLU

@@ -413,6 +413,11 @@ def check_encoder_layer(candidate) -> list[Case]:
             (_encoder_case(candidate, post, x, padding), _encoder_case(candidate, pre, x, causal)),
             "mask",
         ),
+        *_post_and_pre(  # each mask shape in each branch: one branch may drop one shape
+            ("post-norm with a causal mask (T, T)", "pre-norm with a padding mask (B, 1, 1, T)"),
+            (_encoder_case(candidate, post, x, causal), _encoder_case(candidate, pre, x, padding)),
+            "mask",
+        ),
         Case("T = 1", _encoder_case(candidate, post, x[:, :1]), weight=TRIVIAL),
         Case(
             "H = 1",

@@ -175,3 +175,17 @@ def test_each_mask_shape_is_checked_in_each_norm_placement(norm_first, dropped_n
     report = check_encoder_layer(DropsOneMaskShape)
     assert not report.passed
     assert case in [r.name for r in report.results if not r.passed]
+
+
+def test_pre_norm_with_the_norm_on_the_sublayer_output_is_named():
+    class NormOnTheOutput(ref.EncoderLayer):
+        def forward(self, x, mask=None, return_attention=False):
+            if not self.norm_first:
+                return super().forward(x, mask, return_attention)
+            out, _ = self.self_attn(x, x, x, mask=mask)
+            x = x + self.dropout1(self.norm1(out))
+            return x + self.dropout2(self.norm2(self.ffn(x)))
+
+    report = check_encoder_layer(NormOnTheOutput)
+    assert not report.passed
+    assert "pre-norm normalises the sublayer's input, x + sublayer(norm(x))" in _failures(report)

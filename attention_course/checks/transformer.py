@@ -199,6 +199,10 @@ _NORM_ON_SUBLAYER = (
     "the norm is applied to the sublayer's output only (x + norm(sublayer(x))): post-norm "
     "normalises the sum, norm(x + sublayer(x))"
 )
+_NORM_ON_SUBLAYER_PRE = (
+    "the norm is applied to the sublayer's output (x + norm(sublayer(x))): pre-norm "
+    "normalises the sublayer's input, x + sublayer(norm(x))"
+)
 _RESIDUAL_FROM_NORMED = (
     "the residual starts from the normalised x (h = norm(x); x = h + sublayer(h)): pre-norm "
     "adds the sublayer to the un-normalised stream, x = x + sublayer(norm(x))"
@@ -253,6 +257,7 @@ def _encoder_variants(module, x, mask, norm_first: bool) -> list[tuple[str, call
                 _RESIDUAL_FROM_NORMED,
                 lambda: (lambda y: n2(y) + ffn(n2(y)))(n1(x) + sa(n1(x))),
             ),
+            (_NORM_ON_SUBLAYER_PRE, lambda: (lambda y: y + n2(ffn(y)))(x + n1(sa(x)))),
             (
                 "there is an extra LayerNorm at the end of the pre-norm layer (the final norm "
                 "belongs to the Encoder stack, not to each layer)",

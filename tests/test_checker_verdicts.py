@@ -10,7 +10,8 @@
 
 from __future__ import annotations
 
-import math
+import os
+import sys
 
 import pytest
 import torch
@@ -26,6 +27,9 @@ from attention_course.checks import (
     check_rms_norm,
     check_sliding_window_mask,
 )
+
+sys.path.insert(0, os.path.dirname(__file__))
+from buggy.gpt import CausalBase  # noqa: E402
 
 
 def _failures(report) -> str:
@@ -70,30 +74,17 @@ class RMSNormWithFallback(nn.Module):
             return self.inner(x)
 
 
-class AttentionWithFallback(nn.Module):
-    def __init__(self, d_model, num_heads, bias=False, dropout=0.0):
-        super().__init__()
-        self.num_heads, self.dropout = num_heads, dropout
-        self.w_q = nn.Linear(d_model, d_model, bias=bias)
-        self.w_k = nn.Linear(d_model, d_model, bias=bias)
-        self.w_v = nn.Linear(d_model, d_model, bias=bias)
-        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+class AttentionWithFallback(CausalBase):
+    """Exercise 13's attention from tensor operations, tried after the built-in."""
 
     def forward(self, x):
-        B, T, D = x.shape
-        q, k, v = (
-            w(x).view(B, T, self.num_heads, -1).transpose(1, 2)
-            for w in (self.w_q, self.w_k, self.w_v)
-        )
+        q, k, v = self.split(self.w_q(x)), self.split(self.w_k(x)), self.split(self.w_v(x))
         p = self.dropout if self.training else 0.0
         try:
             h = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
         except Exception:  # noqa: BLE001 - the student's fallback
-            scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-            future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
-            w = F.dropout(scores.masked_fill(future, float("-inf")).softmax(-1), p)
-            h = w @ v
-        return self.w_o(h.transpose(1, 2).reshape(B, T, D))
+            h = self.weights(q @ k.transpose(-2, -1) * self.scale()) @ v
+        return self.w_o(self.merge(h))
 
 
 @pytest.mark.parametrize(
@@ -116,7 +107,7 @@ def test_the_refusal_names_the_function_called():
         def forward(self, x):  # what nn.MultiheadAttention's forward calls
             return F.multi_head_attention_forward(
                 x, x, x, 0, 0, None, None, None, None, False, 0.0, None, None
-            )  # noqa: E501
+            )
 
     report = check_causal_self_attention(ThroughTheFunctional)
     assert not report.passed

@@ -1,0 +1,195 @@
+"""Exercises 13-16's new tasks: the checkers' expected values equal the package's, each
+buggy version in tests/buggy gets its named message, numbers given as numpy or torch
+scalars are accepted, and the reworked quiz answers are what the statements derive."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import attention_course as ac
+from attention_course.checks import check_alibi_bias, check_generate, check_rolling_update
+from attention_course.checks.alibi import expected_bias
+from attention_course.checks.generation import reference_generate, step_decoder
+from attention_course.checks.rolling_cache import expected_states
+from attention_course.quiz import QUESTIONS, check_quiz, decode
+
+sys.path.insert(0, os.path.dirname(__file__))
+from buggy import alibi, generation, rolling_cache  # noqa: E402
+
+CHECKS = {
+    "alibi_bias": check_alibi_bias,
+    "generate": check_generate,
+    "rolling_update": check_rolling_update,
+}
+BUGGY = [*alibi.CATALOGUE, *generation.CATALOGUE, *rolling_cache.CATALOGUE]
+
+
+# ---------------------------------------------------------------- the references
+
+
+def test_step_decoder_gives_the_gpts_logits():
+    """Fed the prompt, then one token at a time at the next position, the decoder's logits
+    are those of its GPT run on the whole sequence."""
+    model = step_decoder()
+    ids = torch.randint(0, model.vocab_size, (2, 7), generator=torch.Generator().manual_seed(0))
+    cache = model.new_cache()
+    with torch.no_grad():
+        parts = [model(ids[:, :4], torch.arange(4), cache)]
+        for t in range(4, 7):
+            parts.append(model(ids[:, t : t + 1], torch.tensor([t]), cache))
+        full = model.gpt(ids)
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("temperature, seed", [(0.0, 0), (1.0, 1), (0.5, 2), (2.0, 3)])
+def test_reference_generation_equals_the_packages_generate(temperature, seed):
+    """The checker's reference loop gives the tokens of ``ac.generate`` on the same GPT
+    (greedy, and seeded sampling: the same generator state gives the same tokens)."""
+    model = step_decoder()
+    prompt = torch.randint(0, model.vocab_size, (2, 3), generator=torch.Generator().manual_seed(9))
+    ours = reference_generate(model, prompt, 10, temperature, torch.Generator().manual_seed(seed))
+    package = ac.generate(
+        model.gpt,
+        prompt,
+        10,
+        temperature=temperature,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    assert torch.equal(ours, package)
+
+
+def test_temperature_changes_the_checkers_samples():
+    """The temperature cases can tell temperature 0.5 from temperature 1 (otherwise the
+    'temperature after the softmax' mistake would pass)."""
+    model = step_decoder()
+    prompt = torch.zeros(2, 2, dtype=torch.long)
+    a = reference_generate(model, prompt, 10, 0.5, torch.Generator().manual_seed(5))
+    b = reference_generate(model, prompt, 10, 1.0, torch.Generator().manual_seed(5))
+    assert not torch.equal(a, b)
+
+
+def test_alibi_expected_bias_is_the_packages_causal_bias():
+    slopes = ac.alibi_slopes(4).double()
+    got = expected_bias(slopes, 3, 7)
+    want = ac.positions.alibi_causal_mask(4, 3, 7, None, torch.float64, need_weights=True)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+def test_rolling_expected_states_follow_slot_p_mod_w():
+    new = torch.arange(6, dtype=torch.float64).reshape(1, 1, 6, 1)
+    kept, positions, buffer, slots = expected_states(4, [(0, new)])[-1]
+    assert positions.tolist() == [2, 3, 4, 5]
+    assert slots.tolist() == [4, 5, 2, 3]  # slot p % 4
+    assert buffer.flatten().tolist() == [4.0, 5.0, 2.0, 3.0]
+    assert kept.flatten().tolist() == [2.0, 3.0, 4.0, 5.0]
+
+
+# ---------------------------------------------------------------- the checkers
+
+
+@pytest.mark.parametrize("target", sorted(CHECKS))
+def test_reference_passes(target):
+    from buggy import REFERENCES
+
+    report = CHECKS[target](REFERENCES[target])
+    assert report.passed, str(report)
+
+
+@pytest.mark.parametrize(
+    "target, name, impl, phrase", BUGGY, ids=[f"{t}-{n}" for t, n, _, _ in BUGGY]
+)
+def test_each_buggy_version_gets_its_named_message(target, name, impl, phrase):
+    report = CHECKS[target](impl)
+    assert not report.passed, name
+    first = next(r for r in report.results if not r.passed)
+    assert phrase in first.message, (name, first.message)
+
+
+def test_generate_without_the_cache_is_refused_even_with_the_right_tokens():
+    report = check_generate(generation.generate_without_cache)
+    greedy = report.results[0]
+    assert not greedy.passed and "never used" in greedy.message
+
+
+def test_rolling_update_that_returns_a_new_buffer_is_told_to_write_in_place():
+    def fresh(buffer, slot_positions, new, start):
+        buffer = buffer.clone()
+        return rolling_cache.reference_rolling_update(buffer, slot_positions, new, start)
+
+    report = check_rolling_update(fresh)
+    assert not report.passed
+    assert "in place" in next(r for r in report.results if not r.passed).message
+
+
+def test_alibi_bias_accepts_the_dtypes_most_negative_value_for_future_keys():
+    def finite(slopes, T, S=None):
+        bias = alibi.reference_alibi_bias(slopes, T, S)
+        return bias.masked_fill(bias == float("-inf"), torch.finfo(bias.dtype).min)
+
+    assert check_alibi_bias(finite).passed
+
+
+# ---------------------------------------------------------------- the reworked quizzes
+
+SOLVED = {
+    "13.uniform_loss": math.log(50257),
+    "13.cache_positions": (149, 6225),
+    "14.alibi_weight_ratios": tuple(math.exp(-8 * 2 ** (-8 * (h + 1) / 4)) for h in range(4)),
+    "16.llama_swiglu": (11008, 3 * 4096 * 11008),
+}
+
+
+@pytest.mark.parametrize("question", sorted(SOLVED))
+def test_reworked_quiz_answers(question):
+    assert check_quiz(question, lambda: SOLVED[question]).passed
+    stored = decode(question, QUESTIONS[question].answer)
+    assert np.allclose(np.array(stored, dtype=float), np.array(SOLVED[question], dtype=float))
+
+
+@pytest.mark.parametrize("question", sorted(SOLVED))
+def test_reworked_quizzes_accept_numpy_and_torch_numbers(question):
+    answer = SOLVED[question]
+    if isinstance(answer, tuple):
+        as_numpy = tuple(np.float64(a) if isinstance(a, float) else np.int64(a) for a in answer)
+        as_torch = torch.tensor(
+            answer, dtype=torch.float64 if isinstance(answer[0], float) else torch.long
+        )
+    else:
+        as_numpy, as_torch = np.float64(answer), torch.tensor(answer)
+    assert check_quiz(question, lambda: as_numpy).passed
+    assert check_quiz(question, lambda: as_torch).passed
+
+
+@pytest.mark.parametrize(
+    "question, wrong, phrase",
+    [
+        ("13.uniform_loss", math.log(103), "character vocabulary"),
+        ("13.uniform_loss", math.log2(50257), "bits"),
+        ("13.cache_positions", (150, 6225), "last new token"),
+        ("13.cache_positions", (149, 5000), "the prompt only"),
+        ("13.cache_positions", (149, 7500), "whole final"),
+        (
+            "14.alibi_weight_ratios",
+            tuple(math.exp(8 * 2 ** (-2 * (h + 1))) for h in range(4)),
+            "sign",
+        ),
+        (
+            "14.alibi_weight_ratios",
+            tuple(math.exp(-8 / 2 ** (-2 * (h + 1))) for h in range(4)),
+            "multiplies",
+        ),
+        ("16.llama_swiglu", (10922, 3 * 4096 * 10922), "multiple of 256"),
+        ("16.llama_swiglu", (16384, 3 * 4096 * 16384), "two thirds"),
+        ("16.llama_swiglu", (11008, 2 * 4096 * 11008), "three"),
+    ],
+)
+def test_reworked_quizzes_name_the_misconceptions(question, wrong, phrase):
+    report = check_quiz(question, lambda: wrong)
+    assert not report.passed
+    assert phrase in report.results[0].message, report.results[0].message

@@ -141,7 +141,7 @@ SOLVED = {
     "13.uniform_loss": math.log(50257),
     "13.cache_positions": (149, 6225),
     "14.alibi_weight_ratios": tuple(math.exp(-8 * 2 ** (-8 * (h + 1) / 4)) for h in range(4)),
-    "16.llama_swiglu": (11008, 3 * 4096 * 11008),
+    "16.llama_swiglu": (13824, 3 * 5120 * 13824),
 }
 
 
@@ -184,12 +184,33 @@ def test_reworked_quizzes_accept_numpy_and_torch_numbers(question):
             tuple(math.exp(-8 / 2 ** (-2 * (h + 1))) for h in range(4)),
             "multiplies",
         ),
-        ("16.llama_swiglu", (10922, 3 * 4096 * 10922), "multiple of 256"),
-        ("16.llama_swiglu", (16384, 3 * 4096 * 16384), "two thirds"),
-        ("16.llama_swiglu", (11008, 2 * 4096 * 11008), "three"),
+        ("16.llama_swiglu", (13653, 3 * 5120 * 13653), "multiple of 256"),
+        ("16.llama_swiglu", (20480, 3 * 5120 * 20480), "two thirds"),
+        ("16.llama_swiglu", (13824, 2 * 5120 * 13824), "three"),
     ],
 )
 def test_reworked_quizzes_name_the_misconceptions(question, wrong, phrase):
     report = check_quiz(question, lambda: wrong)
     assert not report.passed
     assert phrase in report.results[0].message, report.results[0].message
+
+
+def test_the_llama_swiglu_answer_is_the_packages_recipe():
+    """16.llama_swiglu: the package's sizing rule gives the width the answer holds (and
+    LLaMA-7B's released 11008, the one the chapter prints, for d_model = 4096)."""
+    from attention_course.ffn import swiglu_hidden_size
+
+    assert swiglu_hidden_size(5120, multiple_of=256) == 13824
+    assert swiglu_hidden_size(4096, multiple_of=256) == 11008
+    swiglu = ac.SwiGLU(5120, 13824)
+    assert sum(p.numel() for p in swiglu.parameters()) == 3 * 5120 * 13824
+
+
+@pytest.mark.parametrize("use_cache, count", [(True, 149), (False, 6225)])
+def test_the_cache_positions_answer_is_what_generate_feeds(use_cache, count):
+    """13.cache_positions: the positions ``ac.generate`` feeds its GPT, prompt 100, 50 new."""
+    gpt = ac.GPT(11, d_model=8, num_heads=2, num_layers=1, pos="rope", max_len=256)
+    fed = []
+    gpt.tok_emb.register_forward_hook(lambda module, args, out: fed.append(args[0].shape[1]))
+    ac.generate(gpt, torch.zeros(1, 100, dtype=torch.long), 50, temperature=0, use_cache=use_cache)
+    assert sum(fed) == count

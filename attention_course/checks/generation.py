@@ -317,7 +317,7 @@ def check_generate(candidate) -> list[Case]:
             covers=frozenset({"generator", "sampling"}),
         ),
         Case(
-            "sampling at temperature 0.5: the temperature divides the logits",
+            "sampling at temperature 0.5, seeded generator",
             _generate_case(candidate, B=2, T0=2, n=10, temperature=0.5, seed=4),
             covers=frozenset({"temperature", "generator", "sampling"}),
         ),

@@ -138,7 +138,7 @@ def _bias_case(candidate, H: int, T: int, S: int | None, dtype=torch.float64):
     return run
 
 
-@checker("alibi_bias", chapter="14_positions")
+@checker("alibi_bias")
 def check_alibi_bias(candidate) -> list[Case]:
     """Check ``alibi_bias(slopes, T, S=None) -> (H, T, S)``: ``-slope_h * ((i + S - T) - j)``
     for keys ``j <= i + S - T``, ``-inf`` for later keys."""

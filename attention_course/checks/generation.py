@@ -295,7 +295,7 @@ def _generate_case(candidate, *, B, T0, n, temperature, seed=0):
     return run
 
 
-@checker("generate", chapter="13_decoder_only")
+@checker("generate")
 def check_generate(candidate) -> list[Case]:
     """Check ``generate(model, prompt, max_new_tokens, temperature=1.0, generator=None)``
     with a :class:`StepDecoder`: the prompt once, then each new token alone at the next

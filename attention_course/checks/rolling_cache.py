@@ -220,7 +220,7 @@ def _sequence_case(candidate, W: int, chunks: list[int], B=1, H=2, Dh=3, dtype=t
     return run
 
 
-@checker("rolling_update", chapter="15_kv_heads")
+@checker("rolling_update")
 def check_rolling_update(candidate) -> list[Case]:
     """Check ``rolling_update(buffer, slot_positions, new, start) -> (kept,
     kept_positions)``: position p in slot p % W, in place; the kept positions oldest first."""

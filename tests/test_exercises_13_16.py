@@ -214,3 +214,50 @@ def test_the_cache_positions_answer_is_what_generate_feeds(use_cache, count):
     gpt.tok_emb.register_forward_hook(lambda module, args, out: fed.append(args[0].shape[1]))
     ac.generate(gpt, torch.zeros(1, 100, dtype=torch.long), 50, temperature=0, use_cache=use_cache)
     assert sum(fed) == count
+
+
+CASES = [  # (B, T0, n, temperature, seed) of check_generate's cases
+    (1, 4, 6, 0.0, 0),
+    (2, 3, 9, 0.0, 0),
+    (2, 3, 8, 1.0, 2),
+    (2, 2, 10, 0.5, 4),
+    (1, 1, 10, 2.0, 6),
+]
+
+
+def _tokens(model, B, T0, n, temperature, seed):
+    prompt = torch.randint(
+        0, model.vocab_size, (B, T0), generator=torch.Generator().manual_seed(seed)
+    )
+    return reference_generate(
+        model, prompt, n, temperature, torch.Generator().manual_seed(seed + 1)
+    )
+
+
+def test_generate_cases_keep_their_tokens_when_the_logits_move_by_1e_9():
+    """The expected tokens have a margin: logits perturbed by 1e-9 (far more than the
+    float64 differences between two processes or thread counts) give the same tokens, so
+    the verdict does not depend on the machine."""
+
+    class Nudged(type(step_decoder())):
+        def forward(self, ids, positions, cache=None):
+            logits = super().forward(ids, positions, cache)
+            noise = torch.randn(logits.shape, generator=self.noise, dtype=logits.dtype)
+            return logits + 1e-9 * noise
+
+    for case in CASES:
+        plain = _tokens(step_decoder(), *case)
+        for noise_seed in range(3):
+            nudged = Nudged(step_decoder().gpt).eval()
+            nudged.noise = torch.Generator().manual_seed(noise_seed)
+            assert torch.equal(_tokens(nudged, *case), plain), case
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_check_generate_passes_the_reference_under_any_thread_count(threads):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert check_generate(generation.reference_generate).passed
+    finally:
+        torch.set_num_threads(before)

@@ -16,6 +16,12 @@ grading kernel, so the checker can name what the tokens alone could not: the cac
 used, the whole sequence fed again into the cache, positions that restart at 0 (or are off
 by one). The temperature applied after the softmax is named from the tokens: they are
 those of sampling at temperature 1.
+
+Tokens are compared exactly. The decoder runs in float64, so the student's logits (in a
+grading kernel, another process) and the reference's agree to about 1e-16: an argmax or
+a seeded ``torch.multinomial`` draw could differ only if a draw fell within that distance
+of a boundary. The fixed cases keep a margin: ``tests/test_exercises_13_16.py`` moves the
+logits by 1e-9 and gets the same tokens, and runs the checker under 1 and 2 threads.
 """
 
 from __future__ import annotations

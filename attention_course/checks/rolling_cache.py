@@ -55,8 +55,9 @@ ROLL_EMPTY_SLOTS = (
     "filled slots (slot_positions >= 0) hold keys"
 )
 ROLL_NO_POSITIONS = (
-    "slot_positions was not updated: record in slot p % W the position p written there "
-    "(the sliding-window mask needs to know which position each kept key is)"
+    "slot_positions was not updated: record, in place, the position p written into slot "
+    "p % W (`slot_positions[p % W] = p`; the sliding-window mask needs to know which "
+    "position each kept key is, and a new tensor does not change the cache's)"
 )
 
 

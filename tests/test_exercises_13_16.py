@@ -261,3 +261,19 @@ def test_check_generate_passes_the_reference_under_any_thread_count(threads):
         assert check_generate(generation.reference_generate).passed
     finally:
         torch.set_num_threads(before)
+
+
+def test_generate_that_divides_by_a_zero_temperature_is_told_to_take_the_argmax():
+    def divides(model, prompt, max_new_tokens, temperature=1.0, generator=None):
+        cache, out = model.new_cache(), prompt
+        logits = model(prompt, torch.arange(prompt.shape[1]), cache)
+        for _ in range(max_new_tokens):
+            probs = torch.softmax(logits[:, -1] / temperature, dim=-1)
+            nxt = torch.multinomial(probs, 1, generator=generator)
+            out = torch.cat([out, nxt], dim=1)
+            logits = model(nxt, torch.tensor([out.shape[1] - 1]), cache)
+        return out
+
+    report = check_generate(divides)
+    first = next(r for r in report.results if not r.passed)
+    assert "greedy decoding" in first.message, first.message

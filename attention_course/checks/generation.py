@@ -235,6 +235,12 @@ def _log_problem(calls: list, T0: int, max_new_tokens: int) -> str | None:
     return None
 
 
+def _error_hint(text: str) -> str | None:
+    if "probability tensor" in text or "division by zero" in text:
+        return GEN_NOT_GREEDY + " (dividing by a temperature of 0 gives inf or NaN)"
+    return None
+
+
 def _generate_case(candidate, *, B, T0, n, temperature, seed=0):
     def run():
         prompt = torch.randint(0, VOCAB, (B, T0), generator=torch.Generator().manual_seed(seed))
@@ -247,7 +253,9 @@ def _generate_case(candidate, *, B, T0, n, temperature, seed=0):
         kwargs = {"temperature": temperature}
         if temperature:
             kwargs["generator"] = torch.Generator().manual_seed(seed + 1)
-        got = call_student(candidate, model, prompt.clone(), n, what=what, **kwargs)
+        got = call_student(
+            candidate, model, prompt.clone(), n, what=what, error_hint=_error_hint, **kwargs
+        )
         if not isinstance(got, torch.Tensor) or got.is_floating_point() or got.dtype == torch.bool:
             raise CaseFailed(
                 f"{what} returned {_describe(got)}; expected a LongTensor of token ids "

@@ -101,6 +101,19 @@ REQUIRED_MODES: dict[str, set[str]] = {
     "apply_rope": _GRAD
     | {"positions=(B, T)", "odd Dh", "Dh=2", "T=1", "dtype=float32", "dtype=float64"},
     "alibi_slopes": {"power of 2", "not a power of 2", "H=1"},
+    "alibi_bias": {"S>T", "H=T", "T=1", "H=1", "dtype=float32"},
+    # exercise 13: greedy and seeded sampling, a batch, a one-token prompt
+    "generate": {"sampling", "B>1", "T0=1"},
+    # exercise 15: the rolling buffer's write
+    "rolling_update": {
+        "wrap",
+        "one token",
+        "chunk > W",
+        "chunk crosses the wrap",
+        "W=1",
+        "B>1",
+        "dtype=float32",
+    },
     # chapter 17 (H17)
     "induction_scores": {
         "perfect",

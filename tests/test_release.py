@@ -177,7 +177,9 @@ def test_notebooks_cover_every_checker_and_have_a_quiz_each():
     for solution in SOLUTIONS:
         nb = nbformat.read(solution, as_version=4)
         tasks = nb.metadata["attention_course"]["tasks"]
-        assert 2 <= len(tasks) <= 5, solution.name
+        # at most 6: exercise 13 has its two implementations of chapter 13, the generation
+        # loop with a cache, and three short questions (issue 24)
+        assert 2 <= len(tasks) <= 6, solution.name
         assert any(t["kind"] == "quiz" for t in tasks), f"{solution.name} has no quiz task"
         used |= {t["checker"] for t in tasks if t["kind"] == "check"}
     assert used == ALL_CHECKERS

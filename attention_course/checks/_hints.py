@@ -65,6 +65,15 @@ CONCEPTS: dict[str, str] = {
     "query heads: output head h is input head h // n_rep (repeat_interleave along the heads).",
     "sliding_window_mask": "A sliding window lets token i see itself and the window - 1 tokens "
     "before it: True where 0 <= i - j < window.",
+    "alibi_bias": "ALiBi adds to each score minus the head's slope times how far back the key "
+    "lies from the query (the queries are the last T of S positions); keys after the query "
+    "get -inf.",
+    "rolling_update": "A rolling buffer of W slots stores position p in slot p % W, "
+    "overwriting the position W older, and records which position each slot holds; read "
+    "back, the kept positions come oldest first.",
+    "generate": "Generation with a KV cache reads the prompt once, then feeds only each new "
+    "token, at the next absolute position; the temperature divides the logits before the "
+    "softmax.",
     "rms_norm": "RMSNorm divides each vector by the root of its mean square over the trailing "
     "normalized_shape axes, with eps inside the root, and multiplies by a gain; no mean is "
     "subtracted and there is no bias.",

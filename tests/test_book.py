@@ -7,7 +7,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import yaml
 
 from attention_course.notebooks import toc_files
 
@@ -212,7 +211,8 @@ def _first_uses() -> list[tuple[str, str, Path, int, str, bool]]:
             hit = pattern.search(text)
             if hit and all(_has_phrase(text, phrase) for phrase in sense):
                 sentence = _sentence(text, hit.start(), hit.end())
-                uses.append((english, chinese, path, index, " ".join(sentence.split()), chinese in sentence))
+                line = " ".join(sentence.split())
+                uses.append((english, chinese, path, index, line, chinese in sentence))
                 break
     return uses
 

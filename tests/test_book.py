@@ -86,6 +86,41 @@ def test_committed_outputs_carry_no_warnings(path):
     assert found == [], "committed outputs hold warnings:\n" + "\n".join(found)
 
 
+def _load_strip_progress():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "strip_progress", ROOT / "scripts" / "strip_progress.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_committed_outputs_store_no_progress_bar_redraws(path):
+    """Every redraw of a progress bar is stored as an output of its own, and the site
+    prints each as a line. After executing a notebook, run
+    ``python scripts/strip_progress.py NOTEBOOK``."""
+    is_redraw = _load_strip_progress().is_progress_redraw
+    nb = nbformat.read(path, as_version=4)
+    found = [
+        index
+        for index, cell in enumerate(nb.cells)
+        if any(is_redraw(output) for output in cell.get("outputs", []))
+    ]
+    assert found == [], f"cells {found} store progress-bar redraws: run scripts/strip_progress.py"
+
+
+def test_strip_progress_removes_redraws_only():
+    is_redraw = _load_strip_progress().is_progress_redraw
+    bar = nbformat.v4.new_output("stream", name="stderr", text="\rtraining:  12%|█▏ | 36/300")
+    assert is_redraw(bar)
+    assert is_redraw(nbformat.v4.new_output("stream", name="stderr", text="\r   \r"))
+    assert not is_redraw(nbformat.v4.new_output("stream", name="stdout", text="\rloss 0.1"))
+    assert not is_redraw(nbformat.v4.new_output("stream", name="stderr", text="UserWarning: x\n"))
+
+
 # --- Chinese beside the English at a glossary term's first use ----------------------------
 
 

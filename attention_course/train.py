@@ -24,12 +24,14 @@ def fit(
     bar shows progress and the latest loss (``progress=False`` hides it).
     """
     losses = []
-    bar = tqdm(range(num_steps), desc=desc, disable=not progress, leave=False)
+    # Redraw at most every 2 s (tqdm's default is 0.1 s): a notebook keeps every redraw as
+    # an output of its own, and the built site prints each one as a line.
+    bar = tqdm(range(num_steps), desc=desc, disable=not progress, leave=False, mininterval=2.0)
     for i in bar:
         loss = float(step(i))
         losses.append(loss)
         if i % 10 == 0 or i == num_steps - 1:
-            bar.set_postfix(loss=f"{loss:.4f}")
+            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)  # shown at the next redraw
     return losses
 
 

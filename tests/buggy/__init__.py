@@ -10,6 +10,7 @@ import attention_course as ac
 
 from . import (
     attention,
+    efficient,
     ffn_positional,
     gpt,
     interpret,
@@ -40,6 +41,9 @@ REFERENCES = {
     "sinusoidal_positional_encoding": ac.sinusoidal_positional_encoding,
     "encoder_layer": ac.EncoderLayer,
     "decoder_layer": ac.DecoderLayer,
+    # chapter 12
+    "online_softmax_update": ac.tiled.online_softmax_update,
+    "tiled_attention_loop": ac.tiled.tiled_attention_loop,
     # Part V
     "filter_logits": ac.filter_logits,
     "causal_self_attention": ac.CausalSelfAttention,
@@ -69,6 +73,7 @@ CATALOGUE = [
     *sampling.CATALOGUE,
     *gpt.CATALOGUE,
     *interpret.CATALOGUE,
+    *efficient.CATALOGUE,  # chapter 12
     *kv.CATALOGUE,  # chapter 15
     *modern.CATALOGUE,  # chapter 16
     *positions.CATALOGUE,  # chapter 14

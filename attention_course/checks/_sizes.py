@@ -65,6 +65,13 @@ class LargestTensor(TorchDispatchMode):
         super().__init__()
         self.largest = Largest()
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # PyTorch wraps a mode's __torch_dispatch__ in torch._dynamo.disable unless this
+        # says no; that imports torch._dynamo on the first call (seconds on a small CPU,
+        # inside a case's time limit). Nothing here is ever compiled.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:

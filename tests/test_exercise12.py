@@ -104,6 +104,27 @@ def test_the_size_recorder_counts_allocations_not_views():
     assert largest.elements == 2000 and largest.shape == (40, 50) and largest.op == "aten.mm"
 
 
+def test_recorders_are_per_thread_and_the_kernels_record_is_checked_as_data():
+    """Two submissions graded at once (``--jobs``) run in two threads: a recorder in one
+    never sees the other's tensors; a malformed record from a kernel is refused."""
+    import threading
+
+    from attention_course import sandbox
+    from attention_course.checks import _sizes
+
+    seen = {}
+    with record_sizes() as largest:
+        thread = threading.Thread(target=lambda: seen.update(active=_sizes.active()))
+        thread.start()
+        thread.join()
+        torch.zeros(3)
+        sandbox._note_largest((50, (5, 10), "torch.float32", "aten.mm"))  # from the kernel
+    assert seen == {"active": False}
+    assert (largest.elements, largest.shape, largest.op) == (50, (5, 10), "aten.mm")
+    with pytest.raises(sandbox.SandboxError):
+        sandbox._note_largest((50, "(5, 10)", "torch.float32", "aten.mm"))
+
+
 def test_the_reference_loop_never_holds_more_than_a_strip():
     q, k, v = torch.randn(2, 61, 4), torch.randn(2, 67, 4), torch.randn(2, 67, 3)
     with record_sizes() as largest:

@@ -91,6 +91,8 @@ def test_the_whole_score_matrix_is_caught_by_its_size(impl):
     failed = {r.name: r.message for r in report.results if not r.passed}
     assert failed and all(name.startswith("never builds T × S") for name in failed), failed
     assert all("at least T·S = 61 × 67 = 4,087" in m for m in failed.values()), failed
+    if impl is buggy.loop_full_scores:  # memory is the point of the task: values do not carry it
+        assert report.score < 0.6
 
 
 def test_the_size_recorder_counts_allocations_not_views():

@@ -503,6 +503,11 @@ def _loop_case(
     return run
 
 
+_MEMORY = 3.0
+"""The weight of each "never builds T × S" case: memory is what the task is about, so right
+values computed from the whole score matrix keep the score below 0.6."""
+
+
 @checker(
     "tiled_attention_loop",
     chapter="12_efficient_attention",
@@ -568,11 +573,13 @@ def check_tiled_attention_loop(candidate) -> list[Case]:
         Case(
             "never builds T × S: T = 61, S = 67, blocks of 7 and 9",
             _loop_case(candidate, (2, 61, 67, 4, 3), 7, 9, seed=31, guard=True),
+            weight=_MEMORY,
             covers=frozenset({"never T x S"}),
         ),
         Case(
             "never builds T × S, causal: T = 61, S = 67, blocks of 7 and 9",
             _loop_case(candidate, (2, 61, 67, 4, 3), 7, 9, True, seed=34, guard=True),
+            weight=_MEMORY,
             covers=frozenset({"never T x S", "causal"}),
         ),
     ]

@@ -185,6 +185,13 @@ def loop_ignores_causal(query, key, value, block_q, block_k, causal=False):
     return _tiles(query, key, value, block_q, block_k, False)
 
 
+def loop_calls_the_builtin(query, key, value, block_q, block_k, causal=False):
+    """Hands the whole job to `F.scaled_dot_product_attention` (no tiles of its own)."""
+    import torch.nn.functional as F
+
+    return F.scaled_dot_product_attention(query, key, value, is_causal=causal)
+
+
 CATALOGUE = [
     (
         "online_softmax_update",
@@ -247,4 +254,10 @@ CATALOGUE = [
         "last, shorter block of keys",
     ),
     ("tiled_attention_loop", "causal ignored", loop_ignores_causal, "causal=True is ignored"),
+    (
+        "tiled_attention_loop",
+        "calls F.scaled_dot_product_attention",
+        loop_calls_the_builtin,
+        "do not call `F.scaled_dot_product_attention`",
+    ),
 ]

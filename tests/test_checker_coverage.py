@@ -61,6 +61,28 @@ REQUIRED_MODES: dict[str, set[str]] = {
     "decoder_layer": _GRAD
     | _TRAIN_EVAL_DROPOUT
     | _crossed_with_norm_first("tgt_mask", "memory_mask", "dropout", "return_attention", "grad"),
+    # chapter 12
+    "online_softmax_update": {
+        "maximum grows",
+        "maximum stays",
+        "fully masked block",
+        "large scores",
+        "batch",
+        "dtype=float32",
+        "Sb=1",
+        "chained",
+    },
+    "tiled_attention_loop": {
+        "odd blocks",
+        "T!=S",
+        "one tile",
+        "block=1",
+        "causal T!=S",
+        "very negative scores",
+        "large scores",
+        "dtype=float32",
+        "never T x S",
+    },
     # Part V
     "filter_logits": {
         "top_k+top_p",

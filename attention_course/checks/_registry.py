@@ -12,6 +12,7 @@ from .attention import (
     check_set_attention,
     check_soft_argmax,
 )
+from .efficient import check_online_softmax_update, check_tiled_attention_loop  # chapter 12
 from .ffn import check_positionwise_feed_forward
 from .generation import check_generate  # exercise 13
 from .gpt import check_causal_self_attention
@@ -53,6 +54,7 @@ _BY_EXERCISE: dict[str | None, tuple[Callable, ...]] = {
     "08_feed_forward": (check_positionwise_feed_forward,),
     "09_positional_encoding": (check_sinusoidal_positional_encoding,),
     "10_transformer": (check_encoder_layer, check_decoder_layer),
+    "12_efficient_attention": (check_online_softmax_update, check_tiled_attention_loop),
     "13_decoder_only": (check_filter_logits, check_causal_self_attention, check_generate),
     "14_positions_that_generalise": (check_apply_rope, check_alibi_slopes, check_alibi_bias),
     "15_sharing_keys_values": (check_repeat_kv, check_sliding_window_mask, check_rolling_update),

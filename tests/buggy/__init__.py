@@ -11,6 +11,7 @@ import attention_course as ac
 from . import (
     alibi,
     attention,
+    efficient,
     ffn_positional,
     generation,
     gpt,
@@ -43,6 +44,9 @@ REFERENCES = {
     "sinusoidal_positional_encoding": ac.sinusoidal_positional_encoding,
     "encoder_layer": ac.EncoderLayer,
     "decoder_layer": ac.DecoderLayer,
+    # chapter 12
+    "online_softmax_update": ac.tiled.online_softmax_update,
+    "tiled_attention_loop": ac.tiled.tiled_attention_loop,
     # Part V
     "filter_logits": ac.filter_logits,
     "causal_self_attention": ac.CausalSelfAttention,
@@ -77,6 +81,7 @@ CATALOGUE = [
     *sampling.CATALOGUE,
     *gpt.CATALOGUE,
     *interpret.CATALOGUE,
+    *efficient.CATALOGUE,  # chapter 12
     *kv.CATALOGUE,  # chapter 15
     *modern.CATALOGUE,  # chapter 16
     *positions.CATALOGUE,  # chapter 14

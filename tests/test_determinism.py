@@ -122,7 +122,7 @@ def test_every_nbval_marker_is_one_nbval_recognises():
     exactly one of its markers (nbval.plugin.find_comment_markers): a marker followed by
     an explanation is silently ignored and the cell is compared. The course also wants
     the marker on the cell's first line, alone."""
-    from nbval.plugin import comment_markers, find_comment_markers, metadata_tags
+    from nbval.plugin import comment_markers, metadata_tags
 
     problems = []
     for path in NOTEBOOKS:
@@ -131,7 +131,6 @@ def test_every_nbval_marker_is_one_nbval_recognises():
             if cell["cell_type"] != "code":
                 continue
             source = "".join(cell["source"])
-            recognised = list(find_comment_markers(source))
             for number, comment in _comment_lines(source):
                 text = comment.lstrip("#").strip()
                 looks = any(m.lower() in text.lower() for m in comment_markers) or (
@@ -144,8 +143,6 @@ def test_every_nbval_marker_is_one_nbval_recognises():
                     problems.append(f"{where} is not a marker nbval recognises")
                 elif number != 0 or comment != f"# {text}":
                     problems.append(f"{where} should be the cell's first line, exactly")
-            if any(m.lower() in source.lower() for m in comment_markers):
-                assert recognised or problems, path
             for tag in cell.get("metadata", {}).get("tags", []):
                 if ("nbval" in tag or "raises" in tag) and tag not in metadata_tags:
                     problems.append(f"{path.relative_to(ROOT)} cell {index}: tag {tag!r}")

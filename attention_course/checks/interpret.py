@@ -565,7 +565,7 @@ def _find_case(candidate, variant: str, period: int):
         what = f"find_induction_head(model, ids, period={period})"
         got = _as_layer_head(call_student(candidate, model, ids, period, what=what), what)
         _expect_unchanged(model, before, what)
-        if got in accepted:  # no numbers in the message: they come from a training run
+        if got in accepted:
             return None
         previous = _scores(model, ids, period, 1)
         duplicate = _scores(model, ids, period, period)

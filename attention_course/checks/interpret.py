@@ -442,9 +442,9 @@ def _with_idle_layer(model, where: str):
 
     At the end, the idle layer's heads copy layer 0's (they read the residual stream after
     both trained layers and score about 0.04); at the start they attend uniformly
-    (``w_q = w_k = 0``). Either way the best head is not in the last layer, or not in
-    layer 1: a function that scores one fixed layer (``weights[-1]``, ``weights[1]``)
-    gives itself away."""
+    (``w_q = w_k = 0``). At the end, the best head is no longer in the last layer; at the
+    start, it moves to layer 2: a function that scores one fixed layer (``weights[-1]``,
+    ``weights[1]``) gives itself away."""
     from attention_course.gpt import GPT
 
     config = dict(ref.INDUCTION_CONFIG, num_layers=3)

@@ -8,8 +8,9 @@ Run from the repository root (seeded; one thread, as chapter 17 trains it)::
 It calls :func:`attention_course.interpret.train_induction_model` (seed 0, 300 AdamW
 steps on repeated random tokens, the loop of chapter 17) with ``torch.set_num_threads(1)``
 and saves ``config`` (the :class:`~attention_course.GPT` constructor's arguments),
-``state_dict`` (float32 weights, about 150 kB) and ``info`` (the training settings) to the
-file that :func:`attention_course.interpret.load_induction_model` reads.
+``state_dict`` (float32 weights, about 150 kB) and ``info`` (the training settings, the
+torch version and the CPU capability torch used) to the file that
+:func:`attention_course.interpret.load_induction_model` reads.
 
 Why a file: three hundred optimiser steps amplify rounding, so the same seed gives
 slightly different weights on another CPU, BLAS or thread count (chapter 17's
@@ -43,7 +44,12 @@ def main(argv: list[str] | None = None) -> Path:
     torch.set_num_threads(1)  # as chapter 17 trains it
     model = train_induction_model(**INDUCTION_TRAINING)
     state = {k: v.detach().float().contiguous().clone() for k, v in model.state_dict().items()}
-    info = dict(INDUCTION_TRAINING, threads=1, torch=str(torch.__version__))
+    info = dict(  # what the bits depend on: tests/test_determinism.py compares them
+        INDUCTION_TRAINING,
+        threads=1,
+        torch=str(torch.__version__),
+        cpu_capability=torch.backends.cpu.get_cpu_capability(),
+    )
     torch.save({"config": INDUCTION_CONFIG, "state_dict": state, "info": info}, args.out)
     loaded = load_induction_model(args.out)  # the file reads back as the same model
     for key, value in loaded.state_dict().items():

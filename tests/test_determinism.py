@@ -87,11 +87,17 @@ def test_the_checkers_answers_have_margins_far_above_rounding(period):
 
 
 def test_retraining_from_the_seed_gives_the_shipped_heads():
-    """scripts/train_induction.py's run, repeated here (one thread, about 15 s on this
-    machine): the same best head for every period the checker uses, and every induction
-    score within 0.02 of the shipped model's. On another CPU the last digits differ
-    (chapter 17's reproducibility note): the tolerance is for that, and the checkers never
-    depend on it because they read the file."""
+    """scripts/train_induction.py's run, repeated here with one thread (about 15 to 35 s).
+
+    Where torch and its CPU kernels are those that made the file (torch 2.13.0+cpu, AVX512,
+    the course's machine), the rebuild is bit-identical. Elsewhere the last digits differ
+    and 300 steps amplify them: measured here with two threads instead of one, scores
+    moved by up to 0.043 and, for period 10, the best head moved between the two that
+    tie within 0.015 ((1, 0) and (1, 2)). So elsewhere the test asks for what the chapter
+    claims, within a stated tolerance: every induction score within 0.1 of the shipped
+    model's, the best head in layer 1 (0-based) and among the shipped model's heads within
+    0.05 of its best, and every layer-1 head scoring above 0.3. The checkers never depend
+    on any of this: they read the file."""
     from attention_course.interpret import load_induction_model, train_induction_model
 
     threads = torch.get_num_threads()
@@ -101,10 +107,19 @@ def test_retraining_from_the_seed_gives_the_shipped_heads():
     finally:
         torch.set_num_threads(threads)
     shipped = load_induction_model()
+    same_kernels = (
+        shipped.info["torch"] == str(torch.__version__)
+        and shipped.info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    )
+    if same_kernels:
+        for key, value in shipped.state_dict().items():
+            assert torch.equal(rebuilt.state_dict()[key], value), key
     for period in (10, 12, 16, 20):
         a, b = _scores(rebuilt, period), _scores(shipped, period)
-        assert (a - b).abs().max() < 0.02, (period, a, b)
-        assert int(a.argmax()) == int(b.argmax()), period
+        assert (a - b).abs().max() < 0.1, (period, a, b)
+        best = divmod(int(a.argmax()), 4)
+        assert best[0] == 1 and b[best] > b.max() - 0.05, (period, a, b)
+        assert bool((a[1] > 0.3).all()), (period, a)
 
 
 # ---------------------------------------------------------------- nbval markers

@@ -199,16 +199,36 @@ def ablation_effect(model, ids: torch.Tensor, period: int, layer: int, head: int
 
 _INDUCTION_STATES: dict = {}
 
+# Chapter 17's attention-only model and its training (train_induction_model's defaults,
+# scripts/train_induction.py's file).
+INDUCTION_CONFIG = {
+    "vocab_size": 32,
+    "d_model": 64,
+    "num_heads": 4,
+    "num_layers": 2,
+    "max_len": 64,
+    "pos": "rope",
+    "ffn": "none",
+    "tie_weights": False,
+}
+INDUCTION_TRAINING = {"seed": 0, "num_steps": 300}
+
 
 def train_induction_model(seed: int = 0, num_steps: int = 300, progress: bool = False):
     """Chapter 17's two-layer attention-only :class:`GPT`, trained on repeated tokens.
 
     Vocabulary 32, ``d_model=64``, 2 layers of 4 heads, rotary positions, no FFN, untied
-    head; AdamW (lr ``5e-3``) on batches of 64 :func:`~attention_course.data.repeated_tokens`
-    sequences whose period is drawn from 10 .. 20 per batch, loss :func:`second_half_loss`.
-    With ``seed=0`` and 300 steps an induction head forms around step 160 (chapter 17).
-    The trained weights are kept for the process: a second call with the same arguments
-    returns a fresh copy of the same model at once. Returns the model in eval mode.
+    head (:data:`INDUCTION_CONFIG`); AdamW (lr ``5e-3``) on batches of 64
+    :func:`~attention_course.data.repeated_tokens` sequences whose period is drawn from
+    10 .. 20 per batch, loss :func:`second_half_loss`. With ``seed=0`` and 300 steps an
+    induction head forms around step 160 (chapter 17). The trained weights are kept for
+    the process: a second call with the same arguments returns a fresh copy of the same
+    model at once. Returns the model in eval mode.
+
+    The result depends on the machine in its last digits (300 optimiser steps amplify
+    rounding differences between CPUs, BLAS libraries and thread counts). Whatever must
+    be the same everywhere, exercise 17 and its checkers, uses the copy trained once and
+    shipped with the package, :func:`load_induction_model`.
     """
     from tqdm import tqdm
 
@@ -216,14 +236,10 @@ def train_induction_model(seed: int = 0, num_steps: int = 300, progress: bool = 
     from .device import seed_everything
     from .gpt import GPT
 
-    def build():
-        return GPT(32, d_model=64, num_heads=4, num_layers=2, max_len=64, pos="rope",
-                   ffn="none", tie_weights=False)  # fmt: skip
-
     key = (seed, num_steps)
     if key not in _INDUCTION_STATES:
         seed_everything(seed)
-        model = build()
+        model = GPT(**INDUCTION_CONFIG)
         optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=0.0)
         gen = torch.Generator().manual_seed(seed)
         for _ in tqdm(range(num_steps), desc="training", disable=not progress, leave=False):
@@ -234,6 +250,35 @@ def train_induction_model(seed: int = 0, num_steps: int = 300, progress: bool = 
             loss.backward()
             optimizer.step()
         _INDUCTION_STATES[key] = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    model = build()
+    model = GPT(**INDUCTION_CONFIG)
     model.load_state_dict(_INDUCTION_STATES[key])
+    return model.eval()
+
+
+_INDUCTION_FILE: dict = {}
+
+
+def load_induction_model(path=None):
+    """Chapter 17's trained attention-only model, as shipped with the package.
+
+    ``path=None`` reads ``attention_course/assets/induction17.pt``, written by
+    ``scripts/train_induction.py``: :func:`train_induction_model` (seed 0, 300 steps, one
+    thread) run once, its float32 weights saved. The same bytes on every machine, so the
+    same model: exercise 17 and its checkers use it. The file is read once per process;
+    each call returns a fresh copy in eval mode (changing one leaves the next untouched).
+    The file holds ``config`` (the :class:`GPT` constructor's arguments), ``state_dict``
+    and ``info`` (the training settings); the model has ``info`` as an attribute.
+    """
+    from pathlib import Path
+
+    from .gpt import GPT
+
+    path = Path(__file__).parent / "assets" / "induction17.pt" if path is None else Path(path)
+    key = str(path.resolve())
+    if key not in _INDUCTION_FILE:
+        _INDUCTION_FILE[key] = torch.load(path, map_location="cpu", weights_only=True)
+    data = _INDUCTION_FILE[key]
+    model = GPT(**data["config"])
+    model.load_state_dict(data["state_dict"])  # copies: the cached tensors stay untouched
+    model.info = dict(data.get("info", {}))
     return model.eval()

@@ -14,10 +14,10 @@ steps, same learning-rate schedule) on the first 90 % of
 (:func:`attention_course.train.evaluate_lm`). The results go to a small JSON file that
 ``book/15_sharing_keys_values.ipynb`` loads and displays (default
 ``attention_course/assets/kv_heads15.json``). The models use full causal attention over
-contexts of ``context`` characters (no sliding window). The text is Python's built-in
-documentation topics (``pydoc_data``), so the numbers depend on the Python version;
-the JSON records the Python version and torch's thread count (the committed file, from
-an earlier version of this script, records neither).
+contexts of ``context`` characters (no sliding window). The text is Python 3.11.7's built-in
+documentation topics, shipped with the package as one snapshot (``python_docs()``), the
+same on every Python; the JSON records the Python version and torch's thread count (the
+committed file, from an earlier version of this script, records neither).
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ REQUIRED_MODES: dict[str, set[str]] = {
         "dtype=float32",
         "period=1",
     },
-    "find_induction_head": {"trained", "permuted", "period"},
+    "find_induction_head": {"trained", "permuted", "period", "best head not in the last layer"},
     "ablation_effect": {"induction head", "previous-token head", "permuted", "negative change"},
 }
 

@@ -129,3 +129,41 @@ def test_find_checker_accepts_zero_dim_tensors_and_names_the_first_mistake():
     assert "lowest" in _first_failure(check_find_induction_head(find_argmin))
     assert "num_heads" in _first_failure(check_find_induction_head(find_divmod_by_layers))
     assert "transposed" in _first_failure(check_induction_scores(induction_transposed))
+
+
+def test_find_checker_rejects_a_scan_of_one_layer_and_names_it():
+    """Issue 24: scanning only the last layer passed 5/5 (every case's best head was in
+    the last layer). Two cases now grow the model by a layer that writes nothing."""
+    import os
+    import sys
+
+    from attention_course.checks import check_find_induction_head
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from buggy.interpret import find_last_layer_only, find_layer_one_only
+
+    report = check_find_induction_head(find_last_layer_only)
+    assert not report.passed
+    assert [r.passed for r in report.results][:5] == [True] * 5  # right on two layers
+    message = _first_failure(report)
+    assert "you scanned only the last layer" in message and "returned (2, 2)" in message
+    report = check_find_induction_head(find_layer_one_only)
+    assert not report.passed
+    assert "you scanned only layer 1" in _first_failure(report)
+
+
+def test_checker_cases_with_an_idle_layer_keep_the_models_function():
+    """The grown models compute what the shipped model computes (the idle layer's w_o is
+    zero), and their best head is not in their last layer / not in layer 1."""
+    from attention_course.checks.interpret import _eval_ids, _scores, _variant
+    from attention_course.interpret import load_induction_model
+
+    model = load_induction_model()
+    ids = _eval_ids(16)
+    for name, best_layer in (("idle layer at the end", 1), ("idle layer at the start", 2)):
+        grown = _variant(name)
+        assert grown.num_layers == 3
+        with torch.no_grad():
+            assert torch.equal(grown(ids), model(ids))
+        assert find_induction_head(grown, ids, 16)[0] == best_layer
+        assert _scores(grown, ids, 16, 15).shape == (3, 4)

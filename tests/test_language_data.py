@@ -25,26 +25,25 @@ def tok(text) -> ac.CharTokenizer:
 # ---------------------------------------------------------------- python_docs
 
 
-def test_python_docs_is_the_sorted_topics(text):
-    from pydoc_data.topics import topics
+def test_python_docs_is_the_snapshot_of_python_311_topics(text):
+    from attention_course.data.text import SNAPSHOT_PYTHON, pydoc_topics_text
 
     assert isinstance(text, str)
-    assert 400_000 < len(text) < 550_000  # about 465,000 (465,048 on Python 3.11.7)
-    first = sorted(topics)[0]
-    assert text.startswith(topics[first])
-    assert text == "\n".join(topics[name] for name in sorted(topics))
-    assert python_docs() == text  # deterministic
-
-
-@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the topics change between releases")
-def test_python_docs_length_on_311(text):
-    assert 464_000 < len(text) < 466_000
+    assert len(text) == 465_048 and len(set(text)) == 103
+    assert python_docs() is text  # read once per process
+    if sys.version.split()[0] == SNAPSHOT_PYTHON:  # where the snapshot comes from
+        assert text == pydoc_topics_text()
 
 
 def test_python_docs_without_pydoc_data(monkeypatch):
+    """The text ships with the package: a Python without pydoc_data still has it; only
+    the snapshot's source, pydoc_topics_text(), needs the module."""
+    from attention_course.data.text import pydoc_topics_text
+
     monkeypatch.setitem(sys.modules, "pydoc_data.topics", None)  # import now fails
     with pytest.raises(ImportError, match="pydoc_data.topics"):
-        python_docs()
+        pydoc_topics_text()
+    assert len(python_docs()) == 465_048
 
 
 # ---------------------------------------------------------------- split_text

@@ -207,12 +207,12 @@ def check_attention_rollout(candidate) -> list[Case]:
     the identity, rows renormalised, multiplied from the last layer down to the first."""
     return [
         Case(
-            "one layer, H=2, T=4: R = (head mean + I), rows renormalised",
+            "one layer, H=2, T=4",
             _compare_case(candidate, lambda: [_weights(1, 2, 4, seed=1)]),
             covers=frozenset({"L=1"}),
         ),
         Case(
-            "two layers, H=2, T=5: R = A_2 @ A_1",
+            "two layers, H=2, T=5",
             _compare_case(
                 candidate, lambda: [_weights(1, 2, 5, seed=2), _weights(1, 2, 5, seed=3)]
             ),
@@ -387,13 +387,12 @@ def check_induction_scores(candidate) -> list[Case]:
     query ``i`` to key ``i - period + 1`` over ``i = period .. T - 1`` and the batch."""
     return [
         Case(
-            "a perfect induction head (weight 1 on i - period + 1) scores 1; B=2, H=3, T=12, "
-            "period=5",
+            "a perfect induction head scores 1; B=2, H=3, T=12, period=5",
             _induction_case(candidate, "perfect", 2, 3, 12, 5),
             covers=frozenset({"B>1", "perfect"}),
         ),
         Case(
-            "uniform causal weights score the mean of 1 / (i + 1) over i = period .. T - 1",
+            "uniform causal weights, T=16, period=8",
             _induction_case(candidate, "uniform", 1, 2, 16, 8),
             covers=frozenset({"uniform"}),
         ),
@@ -424,15 +423,50 @@ def check_induction_scores(candidate) -> list[Case]:
 # ================================================================ find the induction head
 #
 # The two "find it" tasks of exercise 17 run the student's function on chapter 17's trained
-# model (`interpret.train_induction_model()`, trained once per process: the exercise trains
-# it at its top, so in the grader's kernel it is already there) and recompute the answer.
+# model and recompute the answer. The model is the one shipped with the package
+# (`interpret.load_induction_model()`, attention_course/assets/induction17.pt), never one
+# trained here: 300 optimiser steps give slightly different weights on another CPU, BLAS
+# or thread count, and with them, in a near tie, a different best head.
 
 _PERIOD = 16
 _TIE = 0.01  # heads whose induction scores are this close to the best are all accepted
 
 
 def _trained():
-    return ref.train_induction_model()
+    return ref.load_induction_model()
+
+
+def _with_idle_layer(model, where: str):
+    """The same function with a third layer that writes nothing (its ``w_o`` is zero, so
+    the logits are unchanged), added at the ``"end"`` or the ``"start"``.
+
+    At the end, the idle layer's heads copy layer 0's (they read the residual stream after
+    both trained layers and score about 0.04); at the start they attend uniformly
+    (``w_q = w_k = 0``). At the end, the best head is no longer in the last layer; at the
+    start, it moves to layer 2: a function that scores one fixed layer (``weights[-1]``,
+    ``weights[1]``) gives itself away."""
+    from attention_course.gpt import GPT
+
+    config = dict(ref.INDUCTION_CONFIG, num_layers=3)
+    old = model.state_dict()
+    sources = {"end": [0, 1, "idle"], "start": ["idle", 0, 1]}[where]
+    state = {k: v for k, v in old.items() if not k.startswith("blocks.")}
+    for i, source in enumerate(sources):
+        block = {
+            name.split(".", 2)[2]: value
+            for name, value in old.items()
+            if name.startswith(f"blocks.{0 if source == 'idle' else source}.")
+        }
+        if source == "idle":
+            block = {k: v.clone() for k, v in block.items()}
+            block["attn.w_o.weight"].zero_()  # writes nothing: the function is unchanged
+            if where == "start":  # uniform causal weights
+                block["attn.w_q.weight"].zero_()
+                block["attn.w_k.weight"].zero_()
+        state.update({f"blocks.{i}.{k}": v for k, v in block.items()})
+    grown = GPT(**config)
+    grown.load_state_dict(state)
+    return grown.eval()
 
 
 def _eval_ids(period: int, seed: int = 1234, n: int = 32) -> torch.Tensor:
@@ -459,6 +493,8 @@ def _variant(name: str):
     if name == "permuted":
         _permute_heads(model, 1, [2, 3, 0, 1])
         _permute_heads(model, 0, [1, 0, 3, 2])
+    if name in ("idle layer at the end", "idle layer at the start"):
+        model = _with_idle_layer(model, name.rsplit(" ", 1)[1])
     if name == "harmful":  # head (1, 0)'s output negated: it now hurts, removing it helps
         Dh = model.d_model // model.num_heads
         with torch.no_grad():
@@ -529,7 +565,7 @@ def _find_case(candidate, variant: str, period: int):
         what = f"find_induction_head(model, ids, period={period})"
         got = _as_layer_head(call_student(candidate, model, ids, period, what=what), what)
         _expect_unchanged(model, before, what)
-        if got in accepted:  # no numbers in the message: they come from a training run
+        if got in accepted:
             return None
         previous = _scores(model, ids, period, 1)
         duplicate = _scores(model, ids, period, period)
@@ -592,6 +628,16 @@ def _find_case(candidate, variant: str, period: int):
         for answer, why in named:
             if got == answer:
                 raise CaseFailed(f"{message}.\nLikely mistake: {why}")
+        if 0 <= got[0] < L and got[0] != expected[0] and 0 <= got[1] < H:
+            within = induction[got[0]]  # the best head of one layer only
+            if bool(within[got[1]] >= within.max() - 1e-6):
+                which = "the last layer (`weights[-1]`)" if got[0] == L - 1 else f"layer {got[0]}"
+                raise CaseFailed(
+                    f"{message}: this model has {L} layers, and its best head is in layer "
+                    f"{expected[0]}.\nLikely mistake: you scanned only {which}: score the "
+                    "heads of every layer (one (H,) row per layer of `weights`, stacked "
+                    "to (L, H)) and take the argmax over all of them"
+                )
         if variant == "permuted":
             raise CaseFailed(
                 f"{message}: the heads of this model are renumbered.\nLikely mistake: an "
@@ -607,8 +653,9 @@ def _find_case(candidate, variant: str, period: int):
 @checker("find_induction_head")
 def check_find_induction_head(candidate) -> list[Case]:
     """Check ``find_induction_head(model, ids, period) -> (layer, head)`` on chapter 17's
-    trained attention-only model: the 0-based head with the highest induction score."""
-    _trained()  # trains once per process (outside the cases' time limit)
+    trained attention-only model (shipped with the package), grown by an idle layer in two
+    cases: the 0-based head with the highest induction score."""
+    _trained()  # reads the file once per process (outside the cases' time limit)
     return [
         Case(
             "chapter 17's trained model, period 16",
@@ -634,6 +681,18 @@ def check_find_induction_head(candidate) -> list[Case]:
             "the longest period of training (20), heads renumbered",
             _find_case(candidate, "permuted", 20),
             covers=frozenset({"period", "permuted"}),
+        ),
+        Case(
+            "the same model with a third layer that writes nothing, appended: the best head "
+            "is not in the last layer",
+            _find_case(candidate, "idle layer at the end", _PERIOD),
+            covers=frozenset({"best head not in the last layer"}),
+        ),
+        Case(
+            "the same model with a first layer that attends uniformly and writes nothing: "
+            "the best head is in layer 2 of 3",
+            _find_case(candidate, "idle layer at the start", _PERIOD),
+            covers=frozenset({"best head not in layer 1"}),
         ),
     ]
 
@@ -758,7 +817,7 @@ def _ablation_case(candidate, variant: str, which: str):
 def check_ablation_effect(candidate) -> list[Case]:
     """Check ``ablation_effect(model, ids, period, layer, head) -> float``: the second-half
     loss with that head's output zeroed minus the intact loss, the model left unchanged."""
-    _trained()
+    _trained()  # reads the file once per process (outside the cases' time limit)
     return [
         Case(
             "ablating the induction head of chapter 17's model",

@@ -3,33 +3,62 @@
 Every CPython installation carries the text of its reference documentation's
 topics (the pages ``help("assert")``, ``help("for")``, ... print) in the
 standard-library module ``pydoc_data.topics``: a dict from a topic name to
-its text. :func:`python_docs` joins them into one string, about 465,000
-characters of English prose and code, which Part V uses to train and
-evaluate character-level language models (chapter 13).
+its text. Joined into one string, they make about 465,000 characters of English
+prose and code, which Part V uses to train and evaluate character-level language
+models (chapter 13).
 
-The text depends a little on the Python version (each release edits its
-documentation): on Python 3.11.7 it has 465,048 characters and 103 distinct
-characters.
+Each Python release edits its documentation (Python 3.10.13 has 458,995 characters and
+104 distinct ones, 3.11.7 has 465,048 and 103, 3.12.1 492,233 and 104), and a chapter's
+numbers, a shipped checkpoint's vocabulary and an exercise's answer must not depend on
+which Python runs them. So the package ships one snapshot, the topics of Python 3.11.7
+(``attention_course/assets/python_docs.txt.xz``, UTF-8, xz-compressed, 95 kB), and
+:func:`python_docs` reads it: the same string on every Python. :func:`pydoc_topics_text`
+is where the snapshot comes from (``scripts/snapshot_python_docs.py`` writes it).
+
+This module imports nothing outside the standard library (no torch), so that a test can
+read the snapshot under another Python.
 """
 
 from __future__ import annotations
 
+import lzma
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TypeVar
 
 SequenceT = TypeVar("SequenceT", bound=Sequence)
 
+SNAPSHOT = Path(__file__).resolve().parents[1] / "assets" / "python_docs.txt.xz"
+# The snapshot's text: Python 3.11.7's pydoc_data topics (tests/test_python_docs_snapshot.py).
+SNAPSHOT_SHA256 = "2a95af4ac93f5b719944030ce3769070ddf827d847cba42192afa8da989e5dc4"
+SNAPSHOT_PYTHON = "3.11.7"
+
+_TEXT: list[str] = []
+
 
 def python_docs() -> str:
-    """The documentation topics of this Python, joined into one string.
+    """The documentation topics of Python 3.11.7, joined into one string: the course's text.
+
+    Read from the snapshot that ships with the package (decompressed once per process),
+    so every Python gives the same string: 465,048 characters, 103 distinct ones. It is
+    :func:`pydoc_topics_text` as Python 3.11.7 returns it.
+
+    Shapes:
+        returns: a ``str`` of 465,048 characters.
+    """
+    if not _TEXT:
+        _TEXT.append(lzma.decompress(SNAPSHOT.read_bytes()).decode("utf-8"))
+    return _TEXT[0]
+
+
+def pydoc_topics_text() -> str:
+    """The documentation topics of the Python that runs this, joined into one string: the
+    source of :func:`python_docs`'s snapshot (equal to it on Python 3.11.7 only).
 
     The topics of ``pydoc_data.topics.topics`` are taken in sorted order of
     their names and joined with a newline (each topic's text already ends
     with one, so topics are separated by a blank line): the same Python gives
     the same string on every machine.
-
-    Shapes:
-        returns: a ``str`` of about 465,000 characters (465,048 on Python 3.11.7).
 
     Raises:
         ImportError: this Python was installed without ``pydoc_data`` (some
@@ -39,10 +68,10 @@ def python_docs() -> str:
         from pydoc_data.topics import topics
     except ImportError as error:
         raise ImportError(
-            "python_docs() needs the standard-library module `pydoc_data.topics`, which this "
-            "Python was installed without (some minimal builds and Linux packages leave it "
-            "out): use a full CPython (python.org, conda, or your distribution's complete "
-            "standard library package)"
+            "pydoc_topics_text() needs the standard-library module `pydoc_data.topics`, which "
+            "this Python was installed without (some minimal builds and Linux packages leave "
+            "it out): use a full CPython (python.org, conda, or your distribution's complete "
+            "standard library package). python_docs() does not need it."
         ) from error
     return "\n".join(topics[name] for name in sorted(topics))
 

@@ -366,3 +366,26 @@ CATALOGUE += [
     ("ablation_effect", "rows of w_o", ablation_rows, "not its columns"),
     ("ablation_effect", "whole layer", ablation_whole_layer, "you ablated every head of the layer"),
 ]
+
+
+def find_last_layer_only(model, ids, period):
+    """Scores only the last layer's heads (`weights[-1]`): right whenever the best head is
+    in the last layer."""
+    with torch.no_grad():
+        _, weights = model(ids, return_attention=True)
+    scores = torch.diagonal(weights[-1], offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:]
+    return len(weights) - 1, int(scores.mean(dim=(0, 2)).argmax())
+
+
+def find_layer_one_only(model, ids, period):
+    """Scores only `weights[1]`, the layer where chapter 17's induction heads are."""
+    with torch.no_grad():
+        _, weights = model(ids, return_attention=True)
+    scores = torch.diagonal(weights[1], offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:]
+    return 1, int(scores.mean(dim=(0, 2)).argmax())
+
+
+CATALOGUE += [
+    ("find_induction_head", "last layer only", find_last_layer_only, "you scanned only the last"),
+    ("find_induction_head", "layer 1 only", find_layer_one_only, "you scanned only layer 1"),
+]

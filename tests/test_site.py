@@ -229,3 +229,14 @@ def test_code_lines_wrap_instead_of_overflowing():
     for path in _chapter_pages():
         refs = [_local_file(path, ref) for ref in _parse(path).stylesheets]
         assert css.resolve() in refs, f"{_ids(path)} does not load code-wrap.css"
+
+
+# Pages a reader sees (the site's root index.html only redirects to book/intro.html).
+_READ = [p for p in PAGES if not p.read_text(encoding="utf-8").startswith("<meta http-equiv")]
+
+
+@pytest.mark.parametrize("path", _READ, ids=_ids)
+def test_every_page_states_the_content_licence(path):
+    """Prose and figures are CC BY-SA 4.0, code MIT (LICENSE-CONTENT.md): each page says so."""
+    html = path.read_text(encoding="utf-8")
+    assert 'class="content-licence"' in html and "CC BY-SA 4.0" in html, _ids(path)

@@ -300,3 +300,73 @@ def test_error_inside_the_package_is_reported_at_the_students_line():
     for message in messages:
         assert "in check_mask" not in message, message
         assert "in forward: h, weights = self.self_attn(x, x, x, mask=mask)" in message, message
+
+
+# ---------------------------------------------------------------- the grader's proxies
+
+
+def _thread_session(namespace: dict):
+    """A session whose "kernel" is a thread of this process (as in test_isolation)."""
+    import threading
+
+    from attention_course import sandbox
+
+    def execute(source: str) -> str:
+        threading.Thread(target=exec, args=(source, namespace), daemon=True).start()
+        return "thread"
+
+    return sandbox.Session(execute, lambda: None, lambda: True, limit=30.0)
+
+
+_HERE = os.path.dirname(__file__)
+
+
+@pytest.mark.parametrize(
+    "check, module, name",
+    [
+        (check_batch_norm, "norms", "BatchNormRebindsRunningStats"),
+        (check_batch_norm, "norms", "BatchNormUpdatesOutsideNoGrad"),
+        (check_layer_norm, "norms", "LayerNormStatsUnderNoGrad"),
+        (check_causal_self_attention, "gpt", "CausalMaskInTrainingOnly"),
+        (check_causal_self_attention, "gpt", "CausalDropoutOnMaskedScores"),
+    ],
+)
+def test_the_new_cases_grade_alike_through_the_proxies(check, module, name):
+    """The grader runs the student's module in a kernel and sees it through proxies: the
+    new cases (buffers' requires_grad, the gradient of x, train()/eval()) report the same
+    there as in-process."""
+    import linecache
+
+    path = os.path.join(_HERE, "buggy", f"{module}.py")
+    with open(path) as handle:
+        source = handle.read()
+    linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+    namespace: dict = {"__name__": f"buggy_{module}"}
+    exec(compile(source, path, "exec"), namespace)
+    expected = check(namespace[name]).to_dict()
+    with _thread_session(namespace) as client:
+        proxy, _ = client.lookup(name)
+        got = check(proxy).to_dict()
+    assert got == expected
+    assert not expected["passed"]
+
+
+def test_the_students_line_through_the_proxies():
+    import inspect
+    import linecache
+
+    source = "import attention_course as ac\nfrom torch import nn\n\n" + inspect.getsource(
+        EncoderPassesBadMask
+    )
+    name = "<student cell>"
+    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile(source, name, "exec"), namespace)
+    with _thread_session(namespace) as client:
+        proxy, _ = client.lookup("EncoderPassesBadMask")
+        report = check_encoder_layer(proxy)
+    messages = [r.message for r in report.results if "raised ValueError" in r.message]
+    assert messages, str(report)
+    for message in messages:
+        assert "in check_mask" not in message, message
+        assert "in forward: h, weights = self.self_attn(x, x, x, mask=mask)" in message, message

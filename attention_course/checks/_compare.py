@@ -275,6 +275,13 @@ def _float32_precision_hint(expected: torch.Tensor) -> Hint:
             return None
         scale = 1.0 + (float(expected.abs().max()) if expected.numel() else 0.0)
         error = float((got - expected).abs().max()) / scale
+        if error < 1e-8:  # float32 rounding is about 6e-8 per operation
+            return (
+                f"your values differ from the reference by a relative {_fmt_number(error)} "
+                "only: more than float64's rounding (about 1e-15), less than float32's "
+                "(about 1e-7); look for a small constant that the formula does not have "
+                "(an epsilon such as `+ 1e-9` in a denominator)"
+            )
         if error <= 1e-5:
             return (
                 f"your values agree with the reference only to float32 precision (relative "

@@ -370,3 +370,14 @@ def test_the_students_line_through_the_proxies():
     for message in messages:
         assert "in check_mask" not in message, message
         assert "in forward: h, weights = self.self_attn(x, x, x, mask=mask)" in message, message
+
+
+def test_an_epsilon_off_by_less_than_float32_is_named_as_a_constant_not_float32():
+    def soft_argmax_with_epsilon(scores, beta=1.0, dim=-1):
+        scaled = beta * scores
+        e = torch.exp(scaled - scaled.amax(dim, keepdim=True))
+        return e / (e.sum(dim, keepdim=True) + 1e-9)
+
+    message = _first_failure(check_soft_argmax(soft_argmax_with_epsilon)).message
+    assert "a small constant that the formula does not have" in message, message
+    assert "float32 inside" not in message

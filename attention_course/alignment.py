@@ -1,13 +1,18 @@
-"""A tiny encoder/decoder that learns to align with additive attention (chapter 3).
+"""A tiny encoder/decoder that aligns with additive attention (chapter 3).
 
 The model solves the unshuffle task (:mod:`attention_course.data.unshuffle`):
 the encoder turns every input pair into an annotation ``h_j``; the decoder
 turns the previous output pair ``y_{i-1}`` into a state ``s_{i-1}``; Bahdanau's
 alignment model (:class:`attention_course.AdditiveAttention`) scores every
 ``h_j`` against ``s_{i-1}``, and the context ``c_i = sum_j alpha_ij h_j`` is
-read out into the output pair ``y_i`` (Bahdanau, Cho & Bengio, 2015, whose
-output layer also reads ``c_i``). The attention weights are trained to point
-at the input to copy next (a "pointer", Vinyals et al. 2015).
+read out into the output pair ``y_i``. The read-out sees ``c_i`` alone; the output
+layer of Bahdanau, Cho & Bengio (2015) also sees ``s_i`` and ``y_{i-1}``.
+
+:func:`unshuffle_losses` returns two losses. Trained on their sum, as chapter 3's
+first run is, the alignment is supervised: the pointer loss trains the weights to
+point at the input to copy next (a "pointer", Vinyals et al. 2015). Trained on the
+read-out loss alone, as in chapter 3's second run, the alignment is learned only
+because it helps the read-out.
 
 Unlike Bahdanau's recurrent decoder, ``s_i = f(s_{i-1}, y_{i-1}, c_i)``, this
 decoder state depends on ``y_{i-1}`` alone, so under teacher forcing every

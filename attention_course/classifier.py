@@ -1,6 +1,6 @@
 """An encoder-only Transformer for sequence classification (chapter 11).
 
-The lecture's ``TransformerClassifier``: token embedding (scaled by
+The course's ``TransformerClassifier``: token embedding (scaled by
 ``sqrt(d_model)``) plus positional encoding, the course's :class:`Encoder`,
 **pooling over time** (one vector per sentence, whatever its length), and a
 linear layer to class logits. The padding mask is built from ``pad_id`` and used
@@ -9,11 +9,13 @@ twice: in self-attention (no real token attends to padding) and in the pooling
 pooled vector, and so the prediction, changes when a sentence is padded more.
 
 BERT (Devlin et al., 2019) reads the output at a special ``[CLS]`` position
-instead of pooling. The lecture's ``TransformerClassifier`` takes the maximum
-over time of the encoder outputs over *every* position, padding included,
-without a mask: the mistake chapter 11 measures. Here ``pooling="max"`` uses
-:func:`masked_max_pool` and ``pooling="mean"`` (the default)
-:func:`masked_mean_pool`; both ignore the padding.
+instead of pooling. The lecture's classifier, of the same name, uses the mask
+in neither place: its encoder gets no attention mask, so real tokens attend to
+``<pad>``, and it applies the linear layer at every position and takes, for each
+class, the maximum score over time, ``<pad>`` positions included. Both let the
+amount of padding change the answer, the mistake chapter 11 measures. Here
+``pooling="max"`` uses :func:`masked_max_pool` and ``pooling="mean"`` (the
+default) :func:`masked_mean_pool`; both ignore the padding.
 """
 
 from __future__ import annotations

@@ -45,8 +45,18 @@ def doctor(args: argparse.Namespace) -> int:
     print(f"python        {platform.python_version()} ({sys.executable})")
     for dist in ("attention-course", "torch", "numpy", "matplotlib", "tqdm"):
         print(f"{dist:<13} {_version(dist)}")
-    for dist in ("jupyter-book", "nbval", "pytest", "nbclient"):
+    for dist in ("jupyter-book", "nbval", "pytest", "nbclient", "jupyterlab"):
         print(f"{dist:<13} {_version(dist)}  (dev extra)")
+    # The README's `jupyter lab book/` needs the `jupyter-lab` command beside this Python.
+    lab = Path(sys.executable).parent / "jupyter-lab"
+    if lab.exists() or shutil.which("jupyter-lab"):
+        print("jupyter lab   found (jupyter lab book/ opens the chapters)")
+    else:
+        ok = False
+        print(
+            "jupyter lab   MISSING: `jupyter lab book/` will fail; "
+            "pip install -e '.[dev]' (or bash scripts/setup-venv.sh)"
+        )
     try:
         device = get_device()
         print(f"device        {device}")
@@ -89,6 +99,9 @@ def doctor(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attention-course", description="Tools for the attention course textbook."
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {_version('attention-course')}"
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("doctor", help="print versions, the device found and the book's state")

@@ -34,7 +34,9 @@ class PositionwiseFeedForward(nn.Module):
         check_probability("dropout", dropout)
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation: got {activation!r}, expected one of {_ACTIVATIONS}")
-        self.activation = activation  # a name, not a stored lambda (see STYLE.md)
+        # a name, not a stored lambda: a closure stored on a module survives deepcopy and
+        # can keep pointing at the old weights (minGPT had that bug)
+        self.activation = activation
         self.linear1 = nn.Linear(d_model, d_ff)
         self.dropout = nn.Dropout(dropout)
         self.linear2 = nn.Linear(d_ff, d_model)

@@ -6,12 +6,14 @@ a stack of causal self-attention blocks that reads tokens ``0 .. t`` and predict
 Pre-Training"; Radford et al., 2019, "Language Models are Unsupervised Multitask
 Learners", GPT-2). :class:`GPT` is a switchboard: its constructor takes every option the
 later chapters of Part V measure (positions, norms, feed-forward networks, key/value
-layouts); options a later chapter adds raise ``NotImplementedError`` naming that chapter.
+layouts). Every option is implemented (see the class docstring's list); an invalid
+value raises ``ValueError`` naming the argument.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -39,6 +41,15 @@ def _check_choice(name: str, value: object, choices: tuple) -> None:
         raise ValueError(f"{name}: got {value!r}, expected one of {choices}")
 
 
+def _check_rope_fn(rope_fn: object, pos: str | None) -> None:
+    if rope_fn is None:
+        return
+    if not callable(rope_fn):
+        raise ValueError(f"rope_fn: got {rope_fn!r}, expected a function (x, positions) -> x")
+    if pos != "rope":
+        raise ValueError(f"rope_fn: given with pos={pos!r}, expected pos='rope' (it rotates q, k)")
+
+
 class CausalSelfAttention(MultiHeadAttention):
     """Masked (causal) multi-head self-attention (因果自注意力) of a decoder-only model.
 
@@ -60,7 +71,12 @@ class CausalSelfAttention(MultiHeadAttention):
     (:func:`~attention_course.apply_rope`, at absolute positions: cached keys are stored
     already rotated, and new queries are rotated at ``cache.length + t``);
     ``"alibi"`` adds :func:`~attention_course.alibi_bias` to the scores through the
-    causal mask (one additive float mask ``(H, T, S)``).
+    causal mask (one additive float mask ``(H, T, S)``). ``rope_fn``: the function that
+    rotates them, called as ``rope_fn(x, positions)`` on ``(B, H, T, Dh)`` (or
+    ``(B, Hkv, T, Dh)``) with ``positions (T,)``; None means
+    :func:`~attention_course.apply_rope` (half-split). Chapter 14 passes another layout
+    (interleaved) or a deliberately wrong rotation to see what it does to a trained
+    model, without patching the package (STYLE rule 13: pieces are given).
 
     Chapter 15: ``num_kv_heads`` (grouped keys and values; 1 is multi-query attention):
     ``w_k`` and ``w_v`` map ``D -> Hkv * Dh`` and query head ``h`` uses key/value head
@@ -70,8 +86,9 @@ class CausalSelfAttention(MultiHeadAttention):
     :func:`~attention_course.sliding_window_mask`; the cache must then be a
     :class:`~attention_course.kv.RollingAttentionCache` (at most ``window`` positions).
 
-    ``NotImplementedError`` here; an invalid value raises ``ValueError`` already
-    (``num_heads % num_kv_heads != 0`` too).
+    An invalid value raises ``ValueError`` naming the argument
+    (``num_heads % num_kv_heads != 0`` too; ``rope_fn`` without ``pos="rope"``, or not
+    callable).
 
     Attention weights: ``forward(x, need_weights=True)`` returns ``(out, weights)`` with
     ``weights (B, H, T, S)`` per head (the softmax, after the mask: each row sums to 1,
@@ -94,6 +111,7 @@ class CausalSelfAttention(MultiHeadAttention):
         pos: str | None = None,
         window: int | None = None,
         max_len: int = 4096,
+        rope_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
         super().__init__(d_model, num_heads, dropout=dropout, bias=bias)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -108,6 +126,7 @@ class CausalSelfAttention(MultiHeadAttention):
         if window is not None:
             check_positive_int("window", window)
         check_positive_int("max_len", max_len)
+        _check_rope_fn(rope_fn, pos)
         if num_kv_heads != num_heads:  # grouped keys and values (chapter 15): D -> Hkv * Dh
             self.w_k = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
             self.w_v = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
@@ -115,6 +134,7 @@ class CausalSelfAttention(MultiHeadAttention):
         self.pos = pos
         self.window = window
         self.max_len = max_len
+        self.rope_fn = rope_fn  # a function given by the caller, not a closure over weights
 
     def causal_mask_for(self, T: int, S: int, device, dtype, need_weights: bool):
         """The mask of ``T`` new queries that are the last of ``S`` positions: None when a
@@ -165,7 +185,8 @@ class CausalSelfAttention(MultiHeadAttention):
         if self.pos == "rope":  # rotate at absolute positions: after the cached ones
             start = cache.length if cache is not None else 0
             positions = torch.arange(start, start + T, device=x.device)  # (T,)
-            q, k = apply_rope(q, positions), apply_rope(k, positions)  # rotated, same shapes
+            rotate = apply_rope if self.rope_fn is None else self.rope_fn
+            q, k = rotate(q, positions), rotate(k, positions)  # rotated, same shapes
         if cache is not None:  # the cache stores the Hkv heads, never the repeated copies
             k, v = cache.update(k, v)  # (B, Hkv, S, Dh) each
         n_rep = self.num_heads // self.num_kv_heads  # query heads per key/value head
@@ -195,6 +216,7 @@ class GPTBlock(nn.Module):
         pos: str | None = None,
         num_kv_heads: int | None = None,
         window: int | None = None,
+        rope_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
         super().__init__()
         self.norm1 = make_norm(norm, d_model)
@@ -206,6 +228,7 @@ class GPTBlock(nn.Module):
             pos=pos,
             window=window,
             max_len=max_len,
+            rope_fn=rope_fn,
         )
         if ffn == "none":  # attention-only (chapter 17): no FFN, so no norm before it
             self.norm2, self.ffn = nn.Identity(), None
@@ -271,7 +294,8 @@ class GPT(nn.Module):
       (``d_ff`` is ignored).
 
     Implemented: ``pos`` "learned", "sinusoidal", "none" (chapter 13), "rope" and "alibi"
-    (chapter 14, inside attention: see :class:`CausalSelfAttention`); ``num_kv_heads``
+    (chapter 14, inside attention: see :class:`CausalSelfAttention`; ``rope_fn`` replaces
+    the rotation, e.g. by another layout); ``num_kv_heads``
     (grouped keys and values) and ``window`` (sliding-window attention, with a rolling
     KV cache from :meth:`new_cache`) (chapter 15); ``norm`` "layer" and "rms", ``ffn``
     "relu", "gelu" and "swiglu" (chapter 16); ``ffn="none"`` (chapter 17).
@@ -306,6 +330,7 @@ class GPT(nn.Module):
         num_kv_heads: int | None = None,
         window: int | None = None,
         tie_weights: bool = True,
+        rope_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -335,6 +360,7 @@ class GPT(nn.Module):
                 )
         if window is not None:
             check_positive_int("window", window)
+        _check_rope_fn(rope_fn, pos)
 
         self.vocab_size = vocab_size
         self.d_model = d_model
@@ -348,6 +374,7 @@ class GPT(nn.Module):
         self.tie_weights = tie_weights
         self.num_kv_heads = num_kv_heads
         self.window = window
+        self.rope_fn = rope_fn
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         if pos == "learned":
             self.pos_emb = nn.Embedding(max_len, d_model)
@@ -368,6 +395,7 @@ class GPT(nn.Module):
                 pos=attention_pos,
                 num_kv_heads=num_kv_heads,
                 window=window,
+                rope_fn=rope_fn,
             )
             for _ in range(num_layers)
         )
@@ -393,6 +421,7 @@ class GPT(nn.Module):
             "tie_weights": self.tie_weights,
             "num_kv_heads": self.num_kv_heads,
             "window": self.window,
+            "rope_fn": self.rope_fn,
         }
 
     @torch.no_grad()

@@ -417,6 +417,7 @@ class _Server:
                 torch.set_grad_enabled(options["grad"]),
                 _forbidden(options["forbid"]),
                 self._watching(),
+                _recording(bool(options.get("sizes"))) as largest,
             ):
                 if method == "__iter__":
                     result = list(itertools.islice(iter(self.objects[key]), MAX_ITEMS))
@@ -453,6 +454,7 @@ class _Server:
                 "modules": modules,
                 "rng": None if torch.equal(rng_after, rng_before) else rng_after,
                 "events": events,
+                "largest": None if largest is None else largest.largest.as_wire(),
             },
         )
 
@@ -514,6 +516,19 @@ def _same_value(now: torch.Tensor, before: torch.Tensor) -> bool:
     return bool(torch.equal(now, before)) or bool(
         torch.equal(torch.nan_to_num(now), torch.nan_to_num(before))
     )
+
+
+@contextlib.contextmanager
+def _recording(active: bool):
+    """While the call runs, keep the largest tensor it creates, when the grader's case
+    records sizes (`attention_course.checks._sizes`); None otherwise."""
+    if not active:
+        yield None
+        return
+    from .checks._sizes import LargestTensor
+
+    with LargestTensor() as mode:
+        yield mode
 
 
 class _forbidden:
@@ -897,6 +912,7 @@ class Client:
             "grad": torch.is_grad_enabled(),
             "dtype": str(torch.get_default_dtype()),
             "forbid": _forbidden_now(),
+            "sizes": _recording_sizes(),  # a case records the sizes of the tensors created
         }
         self.kernel_rng = None  # unknown until the call returns (it may raise)
         reply = self.request(("call", key, method, *payload, options))
@@ -935,6 +951,7 @@ class Client:
                 if new.shape == target.shape and not _same_value(new, target.detach()):
                     with torch.no_grad():
                         target.copy_(new.to(target.dtype))
+        _note_largest(meta.get("largest"))
         differentiable = {int(i) for i in meta.get("differentiable", [])}
         wanted: list = []
         result = self.decode(reply[1], (differentiable, wanted))
@@ -979,6 +996,32 @@ class Client:
 
 
 MISSING = object()
+
+
+def _note_largest(largest) -> None:
+    """The kernel's record of the largest tensor the call created, checked as data and
+    handed to the running case's recorder."""
+    if largest is None:
+        return
+    if not (
+        isinstance(largest, tuple)
+        and len(largest) == 4
+        and type(largest[0]) is int
+        and isinstance(largest[1], tuple)
+        and all(type(n) is int for n in largest[1])
+        and type(largest[2]) is str
+        and type(largest[3]) is str
+    ):
+        raise SandboxError("the kernel sent a malformed record of tensor sizes")
+    from .checks import _sizes
+
+    _sizes.note(*largest)
+
+
+def _recording_sizes() -> bool:
+    from .checks import _sizes
+
+    return _sizes.active()
 
 
 def _replace(value, swap: dict):

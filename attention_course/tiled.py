@@ -225,3 +225,74 @@ def _backward_group(
             grad_q[:, rows] += ds @ k  # (G, Tb, Sb) @ (G, Sb, Dk) -> (G, Tb, Dk)
             grad_k[:, cols] += ds.transpose(1, 2) @ q  # q already carries the scale
     grad_q *= scale
+
+
+def online_softmax_update(
+    m: torch.Tensor,
+    l: torch.Tensor,  # noqa: E741 - the paper's name for the running sum
+    acc: torch.Tensor,
+    scores: torch.Tensor,
+    values: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step of the online softmax: fold a new block of keys into the running state.
+
+    ``m`` is each query's running maximum, ``l`` its running sum of ``e^{s - m}`` and
+    ``acc`` its running sum of ``e^{s - m} v`` over the blocks seen so far (the state
+    starts at ``m = -inf``, ``l = 0``, ``acc = 0``). The block's largest score may raise
+    the maximum to ``m'``; the old sums are then rescaled by ``e^{m - m'}``:
+    ``l' = e^{m - m'} l + sum_j e^{s_j - m'}``, ``acc' = e^{m - m'} acc + sum_j e^{s_j - m'} v_j``.
+    A masked score is ``-inf``. A row that has seen only masked scores keeps
+    ``m = -inf``, ``l = 0``, ``acc = 0``: its exponents are taken relative to 0 instead of
+    ``m'``, so that ``-inf - (-inf)`` never makes a NaN. Exercise 12's reference.
+
+    Shapes: m, l ``(..., T, 1)``; acc ``(..., T, Dv)``; scores ``(..., T, Sb)``;
+    values ``(..., Sb, Dv)``; returns ``(m', l', acc')`` with the shapes of ``(m, l, acc)``.
+    """
+    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., T, 1)
+    # Where nothing finite has been seen, m' = -inf: measure the exponents from 0 there.
+    shift = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
+    p = torch.exp(scores - shift)  # e^{s - m'}, (..., T, Sb); 0 for a masked score
+    correction = torch.exp(m - shift)  # e^{m - m'} <= 1 rescales the old sums
+    l_new = correction * l + p.sum(dim=-1, keepdim=True)
+    acc_new = correction * acc + p @ values  # (..., T, Sb) @ (..., Sb, Dv) -> (..., T, Dv)
+    return m_new, l_new, acc_new
+
+
+def tiled_attention_loop(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    block_q: int,
+    block_k: int,
+    causal: bool = False,
+) -> torch.Tensor:
+    """The chapter's tiled loop written plainly with :func:`online_softmax_update`:
+    blocks of ``block_q`` queries outside, blocks of ``block_k`` keys inside, scale
+    ``1/sqrt(d_k)``, never more than one ``block_q x block_k`` tile of scores at a time.
+    With ``causal``, query ``i`` sees key ``j`` when ``j <= i`` (as ``causal_mask(T)[:, :S]``),
+    decided tile by tile; a tile wholly in a block's future is skipped. Exercise 12's
+    reference; :func:`tiled_attention` is the fast, masked, differentiable version.
+
+    Shapes: query ``(..., T, Dk)``; key ``(..., S, Dk)``; value ``(..., S, Dv)``;
+    returns ``(..., T, Dv)``.
+    """
+    T, S = query.shape[-2], key.shape[-2]
+    scale = 1.0 / math.sqrt(query.shape[-1])
+    outputs = []
+    for q0 in range(0, T, block_q):
+        q = query[..., q0 : q0 + block_q, :] * scale  # (..., Tb, Dk)
+        Tb = q.shape[-2]
+        m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype, device=q.device)
+        l = torch.zeros_like(m)  # noqa: E741
+        acc = q.new_zeros((*q.shape[:-1], value.shape[-1]))  # (..., Tb, Dv)
+        for k0 in range(0, S, block_k):
+            if causal and k0 > q0 + Tb - 1:
+                break  # this key block and all later ones lie in the future of every query
+            s = q @ key[..., k0 : k0 + block_k, :].transpose(-2, -1)  # (..., Tb, Sb): one tile
+            if causal:
+                rows = torch.arange(q0, q0 + Tb, device=q.device)[:, None]
+                cols = torch.arange(k0, k0 + s.shape[-1], device=q.device)[None, :]
+                s = s.masked_fill(cols > rows, -math.inf)  # (Tb, Sb) broadcasts
+            m, l, acc = online_softmax_update(m, l, acc, s, value[..., k0 : k0 + block_k, :])  # noqa: E741
+        outputs.append(acc / l)  # divide once, after the last block
+    return torch.cat(outputs, dim=-2)

@@ -24,12 +24,14 @@ def fit(
     bar shows progress and the latest loss (``progress=False`` hides it).
     """
     losses = []
-    bar = tqdm(range(num_steps), desc=desc, disable=not progress, leave=False)
+    # Redraw at most every 2 s (tqdm's default is 0.1 s): a notebook keeps every redraw as
+    # an output of its own, and the built site prints each one as a line.
+    bar = tqdm(range(num_steps), desc=desc, disable=not progress, leave=False, mininterval=2.0)
     for i in bar:
         loss = float(step(i))
         losses.append(loss)
         if i % 10 == 0 or i == num_steps - 1:
-            bar.set_postfix(loss=f"{loss:.4f}")
+            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)  # shown at the next redraw
     return losses
 
 
@@ -324,7 +326,9 @@ def train_language_model(
             history["val_loss"].append(evaluate_lm(model, val_ids, context, batch_size=64))
 
     start = time.perf_counter()
-    bar = tqdm(range(steps), desc="training", disable=not progress, leave=False)
+    # Redraw at most every 5 s (tqdm's default is 0.1 s): a notebook keeps every redraw as
+    # an output of its own, and the built site prints each one as a line.
+    bar = tqdm(range(steps), desc="training", disable=not progress, leave=False, mininterval=5.0)
     for i in bar:
         model.train()
         x, y = lm_batch(train_ids, batch_size, context, gen)
@@ -335,7 +339,7 @@ def train_language_model(
         history["steps"] = i + 1
         history["tokens"] += batch_size * context
         if i % 10 == 0:
-            bar.set_postfix(loss=f"{value:.3f}")
+            bar.set_postfix(loss=f"{value:.3f}", refresh=False)  # shown at the next redraw
         out_of_time = time_limit is not None and time.perf_counter() - start > time_limit
         if (i + 1) % eval_every == 0 and i + 1 < steps and not out_of_time:
             evaluate(i + 1)

@@ -21,7 +21,15 @@ fi
 stamp="$VENV/.attention-course-stamp"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1) $(pwd)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    "$VENV/bin/python" -m pip install --quiet -e ".[dev]"
+    # setuptools prints a boxed note on every editable install ("Please be careful with
+    # folders ... same name as your package") that --quiet does not silence; it is advice
+    # for a different layout than ours, so it is filtered here, and only it.
+    PYTHONWARNINGS="ignore:Editable installation" "$VENV/bin/python" -m pip install --quiet -e ".[dev]"
     "$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3" >/dev/null
+    # `jupyter nbconvert --execute` talks to its kernel over local (IPC) sockets instead of
+    # TCP: the same as the grader, and without the kernel's "running over TCP without
+    # encryption" warning on every run. Read from the venv's own config folder only.
+    mkdir -p "$VENV/etc/jupyter"
+    echo '{"KernelManager": {"transport": "ipc"}}' >"$VENV/etc/jupyter/jupyter_nbconvert_config.json"
     echo "$want" > "$stamp"
 fi

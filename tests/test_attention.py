@@ -130,7 +130,9 @@ def test_set_attention_is_permutation_equivariant(hard):
 
 
 def additive_from(mask: torch.Tensor) -> torch.Tensor:
-    return torch.zeros(mask.shape, dtype=torch.float64).masked_fill(~mask, -math.inf)
+    # On the mask's device: a CPU tensor filled through a CUDA mask fails.
+    zeros = torch.zeros(mask.shape, dtype=torch.float64, device=mask.device)
+    return zeros.masked_fill(~mask, -math.inf)
 
 
 MASKS = {

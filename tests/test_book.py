@@ -2,11 +2,11 @@
 notebook records the python3 kernel, and committed notebooks carry outputs."""
 
 import re
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
-import yaml
 
 from attention_course.notebooks import toc_files
 
@@ -86,6 +86,41 @@ def test_committed_outputs_carry_no_warnings(path):
     assert found == [], "committed outputs hold warnings:\n" + "\n".join(found)
 
 
+def _load_strip_progress():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "strip_progress", ROOT / "scripts" / "strip_progress.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_committed_outputs_store_no_progress_bar_redraws(path):
+    """Every redraw of a progress bar is stored as an output of its own, and the site
+    prints each as a line. After executing a notebook, run
+    ``python scripts/strip_progress.py NOTEBOOK``."""
+    is_redraw = _load_strip_progress().is_progress_redraw
+    nb = nbformat.read(path, as_version=4)
+    found = [
+        index
+        for index, cell in enumerate(nb.cells)
+        if any(is_redraw(output) for output in cell.get("outputs", []))
+    ]
+    assert found == [], f"cells {found} store progress-bar redraws: run scripts/strip_progress.py"
+
+
+def test_strip_progress_removes_redraws_only():
+    is_redraw = _load_strip_progress().is_progress_redraw
+    bar = nbformat.v4.new_output("stream", name="stderr", text="\rtraining:  12%|█▏ | 36/300")
+    assert is_redraw(bar)
+    assert is_redraw(nbformat.v4.new_output("stream", name="stderr", text="\r   \r"))
+    assert not is_redraw(nbformat.v4.new_output("stream", name="stdout", text="\rloss 0.1"))
+    assert not is_redraw(nbformat.v4.new_output("stream", name="stderr", text="UserWarning: x\n"))
+
+
 # --- Chinese beside the English at a glossary term's first use ----------------------------
 
 
@@ -159,30 +194,60 @@ def _has_phrase(text: str, phrase: str) -> bool:
     return " ".join(phrase.lower().split()) in " ".join(text.lower().split())
 
 
-def _chapters_in_toc_order() -> list[Path]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    files = [entry["file"] for part in toc["parts"] for entry in part["chapters"]]
-    return [ROOT / f"{f}.ipynb" for f in files if (ROOT / f"{f}.ipynb").exists()]
+def _pages_in_toc_order() -> list[Path]:
+    """The book's pages in reading order: the root (book/intro.md), then every chapter
+    notebook and markdown page of _toc.yml, without the glossary itself."""
+    pages = []
+    for entry in toc_files(ROOT):
+        for suffix in (".md", ".ipynb"):
+            path = ROOT / f"{entry}{suffix}"
+            if path.exists() and path.stem != "glossary":
+                pages.append(path)
+    return pages
+
+
+def _markdown_cells(path: Path) -> list[tuple[int, str]]:
+    """(index, source) of every markdown cell; a markdown page is one cell, index 0."""
+    if path.suffix == ".md":
+        return [(0, path.read_text(encoding="utf-8"))]
+    cells = nbformat.read(path, as_version=4).cells
+    return [(i, c.source) for i, c in enumerate(cells) if c.cell_type == "markdown"]
+
+
+# Where a sentence ends: . ! ? or 。 before white space (not in e.g., i.e., et al., vs., cf.),
+# a blank line, or a line that starts a list item, a table row or a heading.
+_SENTENCE_END = re.compile(
+    r"(?<!e\.g)(?<!i\.e)(?<! al)(?<!\bvs)(?<!\bcf)[.!?](?=\s)|。"
+    r"|\n[ \t]*\n|\n(?=[ \t]*(?:[-*+]|\d+\.)[ \t])|\n(?=[ \t]*[|#])"
+)
+
+
+def _sentence(text: str, start: int, end: int) -> str:
+    """The sentence of ``text`` that holds the span ``start:end``."""
+    before = [m.end() for m in _SENTENCE_END.finditer(text, 0, start)]
+    after = _SENTENCE_END.search(text, end)
+    return text[(before[-1] if before else 0) : (after.start() if after else len(text))].strip()
 
 
 def _first_uses() -> list[tuple[str, str, Path, int, str, bool]]:
-    """Per glossary term: (English, Chinese, chapter, cell, line, Chinese in that cell?) at
-    the first markdown cell, in table-of-contents order, whose prose uses the English."""
-    cells = [
-        (path, index, cell.source)
-        for path in _chapters_in_toc_order()
-        for index, cell in enumerate(nbformat.read(path, as_version=4).cells)
-        if cell.cell_type == "markdown"
+    """Per glossary term: (English, Chinese, page, cell, sentence, Chinese in that
+    sentence?) at the first markdown prose, in table-of-contents order (book/intro.md
+    first), that uses the English. Headings are names, not uses: a title may say
+    "Additive attention" and its first sentence give the Chinese."""
+    prose = [
+        (path, index, re.sub(r"(?m)^[ \t]*#+ .*$", " ", _prose(source)))
+        for path in _pages_in_toc_order()
+        for index, source in _markdown_cells(path)
     ]
-    prose = [(path, index, source, _prose(source)) for path, index, source in cells]
     uses = []
     for english, chinese, spellings, sense in _glossary():
         pattern = _english_pattern(spellings)
-        for path, index, source, text in prose:
+        for path, index, text in prose:
             hit = pattern.search(text)
             if hit and all(_has_phrase(text, phrase) for phrase in sense):
-                line = text[text.rfind("\n", 0, hit.start()) + 1 :].split("\n", 1)[0]
-                uses.append((english, chinese, path, index, line.strip(), chinese in source))
+                sentence = _sentence(text, hit.start(), hit.end())
+                line = " ".join(sentence.split())
+                uses.append((english, chinese, path, index, line, chinese in sentence))
                 break
     return uses
 
@@ -196,12 +261,39 @@ def test_glossary_parses():
     assert _english_pattern(["query"]).search("all queries at once")
 
 
+def test_sentence_finds_the_sentence_around_a_use():
+    text = "A mask (掩码) hides keys, e.g. padding.\nThe query\nattends here. Next one.\n\n- item"
+    start = text.index("query")
+    assert _sentence(text, start, start + 5) == "The query\nattends here"
+    start = text.index("keys")
+    assert _sentence(text, start, start + 4) == "A mask (掩码) hides keys, e.g. padding"
+    assert _sentence(text, text.index("item"), len(text)) == "- item"
+
+
+def test_first_use_needs_the_chinese_in_its_own_sentence(monkeypatch):
+    """The Chinese in another sentence of the same cell does not count, and the intro is
+    read before the chapters."""
+    assert _pages_in_toc_order()[0] == ROOT / "book" / "intro.md"
+    pages = {
+        ROOT / "a.md": [(0, "# Attention\nAttention is everywhere. Later: attention (注意力).")],
+        ROOT / "b.md": [(0, "Attention (注意力) is here.")],
+    }
+    monkeypatch.setattr(sys.modules[__name__], "_pages_in_toc_order", lambda: list(pages))
+    monkeypatch.setattr(sys.modules[__name__], "_markdown_cells", lambda path: pages[path])
+    found = {english: (path.name, ok) for english, _, path, _, _, ok in _first_uses()}
+    assert found["attention"] == ("a.md", False)
+    pages[ROOT / "a.md"] = [(0, "# Attention\n\nAttention (注意力) is everywhere.")]
+    found = {english: (path.name, ok) for english, _, path, _, _, ok in _first_uses()}
+    assert found["attention"] == ("a.md", True)
+
+
 def test_first_use_of_every_glossary_term_gives_the_chinese():
     """The glossary promises: the first time a term appears, its Chinese stands beside it.
-    For each term, the first chapter (in _toc.yml order) whose markdown uses the English
-    must give the glossary's Chinese in the same cell, e.g. "query (查询)"."""
+    For each term, the first page (book/intro.md, then the chapters in _toc.yml order)
+    whose markdown uses the English must give the glossary's Chinese in the same
+    sentence, e.g. "query (查询)"."""
     missing = [
-        f"{path.stem} cell {index}: {english!r} needs ({chinese}) beside it in: {line[:100]}"
+        f"{path.stem} cell {index}: {english!r} needs ({chinese}) beside it in: {line[:120]}"
         for english, chinese, path, index, line, has_chinese in _first_uses()
         if not has_chinese
     ]

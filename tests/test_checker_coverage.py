@@ -61,6 +61,28 @@ REQUIRED_MODES: dict[str, set[str]] = {
     "decoder_layer": _GRAD
     | _TRAIN_EVAL_DROPOUT
     | _crossed_with_norm_first("tgt_mask", "memory_mask", "dropout", "return_attention", "grad"),
+    # chapter 12
+    "online_softmax_update": {
+        "maximum grows",
+        "maximum stays",
+        "fully masked block",
+        "large scores",
+        "batch",
+        "dtype=float32",
+        "Sb=1",
+        "chained",
+    },
+    "tiled_attention_loop": {
+        "odd blocks",
+        "T!=S",
+        "one tile",
+        "block=1",
+        "causal T!=S",
+        "very negative scores",
+        "large scores",
+        "dtype=float32",
+        "never T x S",
+    },
     # Part V
     "filter_logits": {
         "top_k+top_p",
@@ -101,6 +123,19 @@ REQUIRED_MODES: dict[str, set[str]] = {
     "apply_rope": _GRAD
     | {"positions=(B, T)", "odd Dh", "Dh=2", "T=1", "dtype=float32", "dtype=float64"},
     "alibi_slopes": {"power of 2", "not a power of 2", "H=1"},
+    "alibi_bias": {"S>T", "H=T", "T=1", "H=1", "dtype=float32"},
+    # exercise 13: greedy and seeded sampling, a batch, a one-token prompt
+    "generate": {"sampling", "B>1", "T0=1"},
+    # exercise 15: the rolling buffer's write
+    "rolling_update": {
+        "wrap",
+        "one token",
+        "chunk > W",
+        "chunk crosses the wrap",
+        "W=1",
+        "B>1",
+        "dtype=float32",
+    },
     # chapter 17 (H17)
     "induction_scores": {
         "perfect",

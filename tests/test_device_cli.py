@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import random
 
 import numpy as np
@@ -164,3 +165,33 @@ def test_cli_needs_a_subcommand(capsys):
         main([])
     assert exit_info.value.code == 2
     assert "doctor" in capsys.readouterr().err
+
+
+def test_cli_prints_its_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    version = importlib.metadata.version("attention-course")
+    assert capsys.readouterr().out.strip() == f"attention-course {version}"
+
+
+def test_doctor_reports_a_missing_jupyter_lab(no_env, tmp_path, capsys, monkeypatch):
+    """The README's `jupyter lab book/` failed while doctor said everything was in place."""
+    import attention_course.cli as cli
+
+    no_env.chdir(tmp_path)
+    monkeypatch.setattr(cli.sys, "executable", str(tmp_path / "bin" / "python"))
+    monkeypatch.setattr(cli.shutil, "which", lambda name: None)
+    assert main(["doctor"]) == 1
+    assert "jupyter lab   MISSING" in capsys.readouterr().out
+
+
+def test_doctor_finds_jupyter_lab_beside_python(no_env, tmp_path, capsys, monkeypatch):
+    import attention_course.cli as cli
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "jupyter-lab").write_text("")
+    no_env.chdir(tmp_path)
+    monkeypatch.setattr(cli.sys, "executable", str(tmp_path / "bin" / "python"))
+    assert main(["doctor"]) == 0
+    assert "jupyter lab   found" in capsys.readouterr().out

@@ -148,7 +148,7 @@ def test_student_path():
 
 
 def test_there_is_a_solved_twin_for_every_chapter():
-    assert len(SOLUTIONS) == 16  # chapters 1-11 and 13-17
+    assert len(SOLUTIONS) == 17  # chapters 1-17
     assert sorted(p.name for p in (ROOT / "exercises").glob("[0-9]*.ipynb")) == [
         p.name for p in SOLUTIONS
     ]
@@ -177,7 +177,9 @@ def test_notebooks_cover_every_checker_and_have_a_quiz_each():
     for solution in SOLUTIONS:
         nb = nbformat.read(solution, as_version=4)
         tasks = nb.metadata["attention_course"]["tasks"]
-        assert 2 <= len(tasks) <= 5, solution.name
+        # at most 6: exercise 13 has its two implementations of chapter 13, the generation
+        # loop with a cache, and three short questions (issue 24)
+        assert 2 <= len(tasks) <= 6, solution.name
         assert any(t["kind"] == "quiz" for t in tasks), f"{solution.name} has no quiz task"
         used |= {t["checker"] for t in tasks if t["kind"] == "check"}
     assert used == ALL_CHECKERS

@@ -202,3 +202,30 @@ def test_mathjax_fonts_are_in_static():
     """MathJax 3's CommonHTML output draws with web fonts that it loads relative to itself."""
     fonts = SITE / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2"
     assert sorted(fonts.glob("MathJax_Main-Regular.woff")), f"no MathJax fonts in {fonts}"
+
+
+def _chapter_pages() -> list[Path]:
+    return [p for p in PAGES if re.match(r"\d\d_", p.name) and p.parent.name == "book"]
+
+
+@pytest.mark.parametrize("path", _chapter_pages(), ids=_ids)
+def test_chapter_titles_carry_the_chapter_number(path):
+    """The prose cites "chapter 9", "chapter 11's classifier": the sidebar and the page title
+    show the same number as the file (chapter 0, the conventions, is unnumbered)."""
+    number = int(path.name[:2])
+    html = path.read_text(encoding="utf-8")
+    shown = re.search(r'<h1><span class="section-number">(\d+)\. </span>', html)
+    if number == 0:
+        assert shown is None, f"{_ids(path)} is numbered {shown.group(1)}; chapter 0 is not"
+    else:
+        assert shown is not None, f"{_ids(path)}'s title has no chapter number"
+        assert int(shown.group(1)) == number, f"{_ids(path)} is numbered {shown.group(1)}"
+
+
+def test_code_lines_wrap_instead_of_overflowing():
+    """Every chapter loads a stylesheet that wraps long lines in code cells and outputs."""
+    css = SITE / "_static" / "code-wrap.css"
+    assert "white-space: pre-wrap" in css.read_text(encoding="utf-8")
+    for path in _chapter_pages():
+        refs = [_local_file(path, ref) for ref in _parse(path).stylesheets]
+        assert css.resolve() in refs, f"{_ids(path)} does not load code-wrap.css"

@@ -61,10 +61,25 @@ CONCEPTS: dict[str, str] = {
     "p by the angle p * base^(-2i/Dh), so that a query-key score depends only on the offset.",
     "alibi_slopes": "ALiBi gives head h the slope 2^(-8(h+1)/H) for H a power of 2; otherwise "
     "the slopes of the nearest smaller power of 2, then every other slope of the next one.",
+    "online_softmax_update": "The online softmax keeps, per query, a running maximum m and "
+    "running sums l of e^{s - m} and acc of e^{s - m} v; a block that raises the maximum to m' "
+    "rescales both old sums by e^{m - m'} before its own terms, e^{s - m'}, are added.",
+    "tiled_attention_loop": "Tiled attention loops over blocks of queries and, inside, blocks "
+    "of keys, folding each block_q x block_k tile of scores into the online softmax's state; "
+    "the output acc / l is divided once, after the last block, and no T x S matrix exists.",
     "repeat_kv": "Grouped-query attention shares each key/value head among n_rep neighbouring "
     "query heads: output head h is input head h // n_rep (repeat_interleave along the heads).",
     "sliding_window_mask": "A sliding window lets token i see itself and the window - 1 tokens "
     "before it: True where 0 <= i - j < window.",
+    "alibi_bias": "ALiBi adds to each score minus the head's slope times how far back the key "
+    "lies from the query (the queries are the last T of S positions); keys after the query "
+    "get -inf.",
+    "rolling_update": "A rolling buffer of W slots stores position p in slot p % W, "
+    "overwriting the position W older, and records which position each slot holds; read "
+    "back, the kept positions come oldest first.",
+    "generate": "Generation with a KV cache reads the prompt once, then feeds only each new "
+    "token, at the next absolute position; the temperature divides the logits before the "
+    "softmax.",
     "rms_norm": "RMSNorm divides each vector by the root of its mean square over the trailing "
     "normalized_shape axes, with eps inside the root, and multiplies by a gain; no mean is "
     "subtracted and there is no bias.",

@@ -5,13 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .alibi import check_alibi_bias  # exercise 14
 from .attention import (
     check_additive_attention,
     check_scaled_dot_product_attention,
     check_set_attention,
     check_soft_argmax,
 )
+from .efficient import check_online_softmax_update, check_tiled_attention_loop  # chapter 12
 from .ffn import check_positionwise_feed_forward
+from .generation import check_generate  # exercise 13
 from .gpt import check_causal_self_attention
 from .interpret import (
     check_ablation_effect,
@@ -26,6 +29,7 @@ from .multihead import check_merge_heads, check_multi_head_attention, check_spli
 from .norms import check_batch_norm, check_layer_norm
 from .positional import check_sinusoidal_positional_encoding
 from .positions import check_alibi_slopes, check_apply_rope  # chapter 14
+from .rolling_cache import check_rolling_update  # exercise 15
 from .sampling import check_filter_logits
 from .transformer import check_decoder_layer, check_encoder_layer
 
@@ -50,9 +54,10 @@ _BY_EXERCISE: dict[str | None, tuple[Callable, ...]] = {
     "08_feed_forward": (check_positionwise_feed_forward,),
     "09_positional_encoding": (check_sinusoidal_positional_encoding,),
     "10_transformer": (check_encoder_layer, check_decoder_layer),
-    "13_decoder_only": (check_filter_logits, check_causal_self_attention),
-    "14_positions_that_generalise": (check_apply_rope, check_alibi_slopes),
-    "15_sharing_keys_values": (check_repeat_kv, check_sliding_window_mask),
+    "12_efficient_attention": (check_online_softmax_update, check_tiled_attention_loop),
+    "13_decoder_only": (check_filter_logits, check_causal_self_attention, check_generate),
+    "14_positions_that_generalise": (check_apply_rope, check_alibi_slopes, check_alibi_bias),
+    "15_sharing_keys_values": (check_repeat_kv, check_sliding_window_mask, check_rolling_update),
     "16_the_modern_block": (check_rms_norm, check_swiglu),  # chapter 16
     "17_induction_heads": (
         check_attention_rollout,

@@ -9,8 +9,11 @@ implementation's docstring says what is wrong with it.
 import attention_course as ac
 
 from . import (
+    alibi,
     attention,
+    efficient,
     ffn_positional,
+    generation,
     gpt,
     interpret,
     kv,
@@ -19,6 +22,7 @@ from . import (
     multihead,
     norms,
     positions,
+    rolling_cache,
     sampling,
     transformer,
 )
@@ -40,6 +44,9 @@ REFERENCES = {
     "sinusoidal_positional_encoding": ac.sinusoidal_positional_encoding,
     "encoder_layer": ac.EncoderLayer,
     "decoder_layer": ac.DecoderLayer,
+    # chapter 12
+    "online_softmax_update": ac.tiled.online_softmax_update,
+    "tiled_attention_loop": ac.tiled.tiled_attention_loop,
     # Part V
     "filter_logits": ac.filter_logits,
     "causal_self_attention": ac.CausalSelfAttention,
@@ -57,6 +64,11 @@ REFERENCES = {
     "induction_scores": ac.induction_scores,
     "find_induction_head": ac.interpret.find_induction_head,
     "ablation_effect": ac.interpret.ablation_effect,
+    # exercises 13, 14, 15: targets whose statement asks for a function the package has in
+    # another form (a StepDecoder loop, a bias with slopes given, one rolling-buffer write)
+    "generate": generation.reference_generate,
+    "alibi_bias": alibi.reference_alibi_bias,
+    "rolling_update": rolling_cache.reference_rolling_update,
 }
 
 CATALOGUE = [
@@ -69,7 +81,11 @@ CATALOGUE = [
     *sampling.CATALOGUE,
     *gpt.CATALOGUE,
     *interpret.CATALOGUE,
+    *efficient.CATALOGUE,  # chapter 12
     *kv.CATALOGUE,  # chapter 15
     *modern.CATALOGUE,  # chapter 16
     *positions.CATALOGUE,  # chapter 14
+    *generation.CATALOGUE,  # exercise 13
+    *alibi.CATALOGUE,  # exercise 14
+    *rolling_cache.CATALOGUE,  # exercise 15
 ]

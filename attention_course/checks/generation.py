@@ -1,0 +1,353 @@
+"""Checker for exercise 13's ``generate(model, prompt, max_new_tokens, temperature=1.0,
+generator=None)``: decoding with a KV cache, positions advanced by hand.
+
+The student drives a :class:`StepDecoder`: a small RoPE GPT (the package's
+:class:`~attention_course.GPT` with ``pos="rope"``, in float64) whose ``forward(ids,
+positions, cache)`` takes the *absolute* positions of the tokens it is given, rotates the
+queries and keys by them, appends the keys and values to ``cache`` and lets each query see
+the cached keys at or before its position. Fed right (the prompt at positions ``0 .. T0 -
+1``, then each new token alone at the next position) it gives the logits of the GPT
+itself, so the reference tokens are the package's :func:`~attention_course.generate`'s
+(``tests/test_exercises_13_16.py`` proves both).
+
+The decoder records each call (which cache, how many positions it held, how many tokens
+came, their first and last position) in a buffer that travels back with the model from a
+grading kernel, so the checker can name what the tokens alone could not: the cache never
+used, the whole sequence fed again into the cache, positions that restart at 0 (or are off
+by one). The temperature applied after the softmax is named from the tokens: they are
+those of sampling at temperature 1.
+
+Tokens are compared exactly. The decoder runs in float64, so the student's logits (in a
+grading kernel, another process) and the reference's agree to about 1e-16: an argmax or
+a seeded ``torch.multinomial`` draw could differ only if a draw fell within that distance
+of a boundary. The fixed cases keep a margin: ``tests/test_exercises_13_16.py`` moves the
+logits by 1e-9 and gets the same tokens, and runs the checker under 1 and 2 threads.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from attention_course.attention import scaled_dot_product_attention
+from attention_course.gpt import GPT
+from attention_course.kv import repeat_kv
+from attention_course.multihead import merge_heads, split_heads
+from attention_course.positions import apply_rope
+
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
+
+VOCAB = 13
+MAX_CALLS = 64  # calls the log keeps; more are counted
+
+GEN_NO_CACHE = (
+    "the cache is never used: every step starts from an empty cache and re-reads the whole "
+    "sequence; make one cache with `model.new_cache()` before the loop, feed it the prompt "
+    "once, then only each new token"
+)
+GEN_REFED = (
+    "you fed the whole sequence again into a cache that already holds it: the cache now "
+    "holds every position twice; after the prompt, feed only the new token, (B, 1)"
+)
+GEN_POSITIONS_ZERO = (
+    "positions restart at 0 for each new token: the new token is at position "
+    "`cache.length` (the number of positions already cached), so its RoPE angle and its "
+    "causal mask are those of that position"
+)
+GEN_POSITIONS_OFF = (
+    "the new token's position is not the number of positions already in the cache: the "
+    "prompt occupies 0 .. T0 - 1, the first new token is at T0, the next at T0 + 1, ..."
+)
+GEN_TEMP_AFTER = (
+    "your samples are those of temperature 1: the temperature was applied after the "
+    "softmax (dividing probabilities by T changes nothing once they are renormalised); "
+    "divide the logits by T, then take the softmax"
+)
+GEN_ARGMAX = (
+    "with temperature > 0 you took the argmax: sample from the probabilities with "
+    "`torch.multinomial(probs, 1, generator=generator)`"
+)
+GEN_NOT_GREEDY = (
+    "temperature 0 means greedy decoding: take the argmax of the last logits, do not sample"
+)
+
+
+class StepCache:
+    """What :class:`StepDecoder` keeps between calls: per layer the keys, values and their
+    positions. ``length`` is the number of positions cached."""
+
+    def __init__(self, serial: int, num_layers: int) -> None:
+        self.serial = serial
+        self.keys: list = [None] * num_layers
+        self.values: list = [None] * num_layers
+        self.positions: torch.Tensor | None = None  # (S,) the absolute position of each key
+
+    @property
+    def length(self) -> int:
+        return 0 if self.positions is None else int(self.positions.shape[0])
+
+
+class StepDecoder(nn.Module):
+    """A RoPE GPT driven one call at a time with explicit positions and a cache.
+
+    ``forward(ids (B, T), positions (T,), cache) -> logits (B, T, V)``: the tokens ``ids`` sit
+    at the absolute ``positions``; their keys and values join ``cache`` (from
+    :meth:`new_cache`), and each query sees the cached keys whose position is at or before
+    its own. ``cache`` None means an empty cache used once.
+    """
+
+    def __init__(self, gpt: GPT) -> None:
+        super().__init__()
+        self.gpt = gpt
+        self.vocab_size = gpt.vocab_size
+        # the calls, for the checker: (cache serial, cached before, tokens, first, last position)
+        self.register_buffer("calls", torch.zeros(MAX_CALLS, 5, dtype=torch.long))
+        self.register_buffer("num_calls", torch.zeros(1, dtype=torch.long))
+        self.register_buffer("num_caches", torch.zeros(1, dtype=torch.long))
+
+    def new_cache(self) -> StepCache:
+        self.num_caches += 1
+        return StepCache(int(self.num_caches), len(self.gpt.blocks))
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, cache: StepCache | None = None):
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.is_floating_point():
+            raise ValueError(f"ids: got {_describe(ids)}, expected a LongTensor (B, T)")
+        T = ids.shape[1]
+        if not isinstance(positions, torch.Tensor):
+            positions = torch.as_tensor(positions)
+        if positions.dim() != 1 or positions.shape[0] != T or positions.is_floating_point():
+            raise ValueError(
+                f"positions: got {_describe(positions)}, expected an integer tensor (T,) = ({T},)"
+            )
+        if cache is None:
+            cache = self.new_cache()
+        if not isinstance(cache, StepCache):
+            raise ValueError(f"cache: got {type(cache).__name__}, expected model.new_cache()")
+        positions = positions.long()
+        n = int(self.num_calls)
+        if n < MAX_CALLS:
+            self.calls[n] = torch.tensor(
+                [cache.serial, cache.length, T, int(positions[0]), int(positions[-1])]
+            )
+        self.num_calls += 1
+        gpt = self.gpt
+        x = gpt.tok_emb(ids)  # (B, T) -> (B, T, D)
+        keys_at = positions if cache.positions is None else torch.cat([cache.positions, positions])
+        visible = keys_at[None, :] <= positions[:, None]  # (T, S): True = may attend
+        for i, block in enumerate(gpt.blocks):
+            attn = block.attn
+            h = block.norm1(x)
+            q = split_heads(attn.w_q(h), attn.num_heads)  # (B, H, T, Dh)
+            k = split_heads(attn.w_k(h), attn.num_kv_heads)  # (B, Hkv, T, Dh)
+            v = split_heads(attn.w_v(h), attn.num_kv_heads)
+            q, k = apply_rope(q, positions), apply_rope(k, positions)  # at the given positions
+            if cache.keys[i] is not None:
+                k = torch.cat([cache.keys[i], k], dim=2)  # (B, Hkv, S, Dh)
+                v = torch.cat([cache.values[i], v], dim=2)
+            cache.keys[i], cache.values[i] = k, v
+            n_rep = attn.num_heads // attn.num_kv_heads
+            heads, _ = scaled_dot_product_attention(
+                q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask=visible
+            )
+            x = x + attn.w_o(merge_heads(heads))  # (B, H, T, Dh) -> (B, T, D)
+            x = x + block.ffn(block.norm2(x))
+        cache.positions = keys_at
+        return gpt.head(gpt.norm(x))  # (B, T, V)
+
+    def logged_calls(self) -> list[tuple[int, int, int, int, int]]:
+        n = min(int(self.num_calls), MAX_CALLS)
+        return [tuple(int(v) for v in row) for row in self.calls[:n]]
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return type(value).__name__
+
+
+def step_decoder(seed: int = 0) -> StepDecoder:
+    """The checker's decoder: 2 layers, 4 query heads sharing 2 key/value heads, RoPE,
+    13 tokens, float64, weights drawn with ``seed`` (larger than a fresh GPT's, so that
+    the temperature visibly changes the samples)."""
+    gen = torch.Generator().manual_seed(seed)
+    gpt = GPT(VOCAB, d_model=16, num_heads=4, num_kv_heads=2, num_layers=2, pos="rope", max_len=64)
+    gpt = gpt.double()
+    with torch.no_grad():
+        for name, p in gpt.named_parameters():
+            if "norm" not in name:
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.4)
+    return StepDecoder(gpt).eval()
+
+
+def reference_generate(
+    model, prompt, max_new_tokens, temperature=1.0, generator=None, *, mistake: str | None = None
+):
+    """Generation done right with a :class:`StepDecoder` (or with one known ``mistake``:
+    ``"temperature after softmax"``, ``"argmax"``)."""
+    cache = model.new_cache()
+    out = prompt
+    if max_new_tokens == 0:
+        return out.clone()
+    with torch.no_grad():
+        logits = model(prompt, torch.arange(prompt.shape[1]), cache)
+        for step in range(max_new_tokens):
+            last = logits[:, -1, :]  # (B, V)
+            if temperature == 0 or mistake == "argmax":
+                nxt = last.argmax(dim=-1, keepdim=True)  # (B, 1)
+            else:
+                if mistake == "temperature after softmax":
+                    probs = torch.softmax(last, dim=-1) / temperature
+                else:
+                    probs = torch.softmax(last / temperature, dim=-1)
+                nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+            out = torch.cat([out, nxt], dim=1)
+            if step + 1 < max_new_tokens:
+                logits = model(nxt, torch.tensor([out.shape[1] - 1]), cache)
+    return out
+
+
+def _log_problem(calls: list, T0: int, max_new_tokens: int) -> str | None:
+    """The mistake the decoder's log shows, if any."""
+    if not calls:
+        return "the model was never called: call `model(ids, positions, cache)`"
+    if max_new_tokens > 1 and all(length == 0 for _, length, *_ in calls):
+        return GEN_NO_CACHE
+    for _serial, length, T, first, last in calls:
+        if length == 0:
+            if first != 0 or last != T - 1:
+                return (
+                    f"the first call fed {T} token(s) at positions {first} .. {last}: the prompt "
+                    "sits at positions 0 .. T0 - 1"
+                )
+            continue
+        if T > 1:
+            return f"{GEN_REFED} (a call fed {T} tokens into a cache of {length} positions)"
+        if first == 0:
+            return f"{GEN_POSITIONS_ZERO} (a token was given position 0 after {length} cached)"
+        if first != length:
+            return (
+                f"{GEN_POSITIONS_OFF} (a token was given position {first} after {length} "
+                "cached positions)"
+            )
+    serials = {serial for serial, *_ in calls}
+    if len(serials) > 1 and max_new_tokens > 1:
+        return "more than one cache was made: one cache serves the whole generation"
+    return None
+
+
+def _error_hint(text: str) -> str | None:
+    if "probability tensor" in text or "division by zero" in text:
+        return GEN_NOT_GREEDY + " (dividing by a temperature of 0 gives inf or NaN)"
+    return None
+
+
+def _generate_case(candidate, *, B, T0, n, temperature, seed=0):
+    def run():
+        prompt = torch.randint(0, VOCAB, (B, T0), generator=torch.Generator().manual_seed(seed))
+        model = step_decoder()
+        expected = reference_generate(
+            step_decoder(), prompt, n, temperature, torch.Generator().manual_seed(seed + 1)
+        )
+        what = f"generate(model, prompt ({B}, {T0}), max_new_tokens={n}, temperature={temperature}"
+        what += ", generator)" if temperature else ")"
+        kwargs = {"temperature": temperature}
+        if temperature:
+            kwargs["generator"] = torch.Generator().manual_seed(seed + 1)
+        got = call_student(
+            candidate, model, prompt.clone(), n, what=what, error_hint=_error_hint, **kwargs
+        )
+        if not isinstance(got, torch.Tensor) or got.is_floating_point() or got.dtype == torch.bool:
+            raise CaseFailed(
+                f"{what} returned {_describe(got)}; expected a LongTensor of token ids "
+                f"(B, T0 + max_new_tokens) = ({B}, {T0 + n})"
+            )
+        problem = _log_problem(model.logged_calls(), T0, n) if n > 0 else None
+        if problem:
+            raise CaseFailed(
+                f"{what}: the calls of the model show a mistake\nLikely mistake: {problem}."
+            )
+        if tuple(got.shape) != tuple(expected.shape):
+            raise CaseFailed(
+                f"{what}: expected shape ({B}, {T0 + n}) (the prompt, then the new tokens), got "
+                f"{tuple(got.shape)}"
+            )
+        got = got.detach().cpu().long()
+        if not torch.equal(got[:, :T0], prompt):
+            raise CaseFailed(f"{what}: the result must start with the prompt, unchanged")
+        if torch.equal(got, expected):
+            return
+        message = (
+            f"{what}: the new tokens differ from the reference's\n"
+            f"  expected {expected[:, T0:].tolist()}"
+            f"\n  got      {got[:, T0:].tolist()}"
+        )
+        for mistake, text in (
+            ("temperature after softmax", GEN_TEMP_AFTER),
+            ("argmax", GEN_ARGMAX),
+        ):
+            if temperature == 0 or temperature == 1.0 and mistake != "argmax":
+                continue
+            variant = reference_generate(
+                step_decoder(),
+                prompt,
+                n,
+                temperature,
+                torch.Generator().manual_seed(seed + 1),
+                mistake=mistake,
+            )
+            if torch.equal(got, variant):
+                raise CaseFailed(f"{message}\nLikely mistake: {text}.")
+        if temperature == 0:
+            message += f"\nLikely mistake: {GEN_NOT_GREEDY}."
+        else:
+            message += (
+                "\nHint: at each step sample once per sequence, `torch.multinomial(probs, 1, "
+                "generator=generator)` on the softmax of the last position's logits / temperature"
+            )
+        raise CaseFailed(message)
+
+    return run
+
+
+@checker("generate")
+def check_generate(candidate) -> list[Case]:
+    """Check ``generate(model, prompt, max_new_tokens, temperature=1.0, generator=None)``
+    with a :class:`StepDecoder`: the prompt once, then each new token alone at the next
+    position; greedy at temperature 0; seeded samples equal the reference's."""
+    return [
+        Case(
+            "greedy (temperature=0), B = 1, a prompt of 4, 6 new tokens",
+            _generate_case(candidate, B=1, T0=4, n=6, temperature=0.0),
+            covers=frozenset({"temperature"}),
+        ),
+        Case(
+            "greedy, B = 2, a prompt of 3, 9 new tokens",
+            _generate_case(candidate, B=2, T0=3, n=9, temperature=0.0),
+            covers=frozenset({"temperature", "B>1"}),
+        ),
+        Case(
+            "sampling at temperature 1, seeded generator, 8 new tokens",
+            _generate_case(candidate, B=2, T0=3, n=8, temperature=1.0, seed=2),
+            covers=frozenset({"generator", "sampling"}),
+        ),
+        Case(
+            "sampling at temperature 0.5, seeded generator",
+            _generate_case(candidate, B=2, T0=2, n=10, temperature=0.5, seed=4),
+            covers=frozenset({"temperature", "generator", "sampling"}),
+        ),
+        Case(
+            "sampling at temperature 2.0, a one-token prompt",
+            _generate_case(candidate, B=1, T0=1, n=10, temperature=2.0, seed=6),
+            covers=frozenset({"temperature", "generator", "sampling", "T0=1"}),
+        ),
+        Case(
+            "max_new_tokens = 1: the prompt's pass only",
+            _generate_case(candidate, B=1, T0=5, n=1, temperature=0.0),
+            weight=TRIVIAL,
+        ),
+        Case(
+            "max_new_tokens = 0 returns the prompt",
+            _generate_case(candidate, B=2, T0=3, n=0, temperature=0.0),
+            weight=TRIVIAL,
+        ),
+    ]

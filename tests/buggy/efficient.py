@@ -1,0 +1,263 @@
+"""Buggy online-softmax steps and tiled attention loops (chapter 12), each as a student
+writes it."""
+
+import math
+
+import torch
+
+
+def _block(m, scores):
+    return torch.maximum(m, scores.amax(dim=-1, keepdim=True))
+
+
+def update_new_max_only(m, l, acc, scores, values):  # noqa: E741
+    """Measures the new terms against the new maximum but never rescales the old sums by
+    e^{m - m'} (neither l nor acc)."""
+    m_new = _block(m, scores)
+    p = torch.exp(scores - m_new)
+    return m_new, l + p.sum(-1, keepdim=True), acc + p @ values
+
+
+def update_sum_not_rescaled(m, l, acc, scores, values):  # noqa: E741
+    """Rescales acc by e^{m - m'} but adds the new terms to the old l as it is."""
+    m_new = _block(m, scores)
+    shift = torch.where(torch.isneginf(m_new), 0.0, m_new)
+    p, c = torch.exp(scores - shift), torch.exp(m - shift)
+    return m_new, l + p.sum(-1, keepdim=True), c * acc + p @ values
+
+
+def update_acc_not_rescaled(m, l, acc, scores, values):  # noqa: E741
+    """Rescales l but not acc (chapter 12's warning box)."""
+    m_new = _block(m, scores)
+    shift = torch.where(torch.isneginf(m_new), 0.0, m_new)
+    p, c = torch.exp(scores - shift), torch.exp(m - shift)
+    return m_new, c * l + p.sum(-1, keepdim=True), acc + p @ values
+
+
+def update_divides_early(m, l, acc, scores, values):  # noqa: E741
+    """Returns acc already divided by l' (the output so far), not the unnormalised sum."""
+    m_new = _block(m, scores)
+    shift = torch.where(torch.isneginf(m_new), 0.0, m_new)
+    p, c = torch.exp(scores - shift), torch.exp(m - shift)
+    l_new = c * l + p.sum(-1, keepdim=True)
+    return m_new, l_new, (c * acc + p @ values) / l_new
+
+
+def update_nan_on_masked_block(m, l, acc, scores, values):  # noqa: E741
+    """The textbook recurrence without a guard: a row that has seen only -inf scores gets
+    e^{-inf - (-inf)} = NaN."""
+    m_new = _block(m, scores)
+    p, c = torch.exp(scores - m_new), torch.exp(m - m_new)
+    return m_new, c * l + p.sum(-1, keepdim=True), c * acc + p @ values
+
+
+def update_block_max_only(m, l, acc, scores, values):  # noqa: E741
+    """Takes the block's maximum as the new maximum, forgetting the running one."""
+    m_new = scores.amax(dim=-1, keepdim=True)
+    shift = torch.where(torch.isneginf(m_new), 0.0, m_new)
+    p, c = torch.exp(scores - shift), torch.exp(m - shift)
+    return m_new, c * l + p.sum(-1, keepdim=True), c * acc + p @ values
+
+
+def update_inverted_factor(m, l, acc, scores, values):  # noqa: E741
+    """Rescales by e^{m' - m} instead of e^{m - m'}."""
+    m_new = _block(m, scores)
+    shift = torch.where(torch.isneginf(m_new), 0.0, m_new)
+    p = torch.exp(scores - shift)
+    c = torch.where(torch.isneginf(m), 0.0, torch.exp(shift - m))
+    return m_new, c * l + p.sum(-1, keepdim=True), c * acc + p @ values
+
+
+def update_raw_exp(m, l, acc, scores, values):  # noqa: E741
+    """Adds e^{s} of the raw scores, no maximum subtracted: overflows near s = 1000."""
+    p = torch.exp(scores)
+    return _block(m, scores), l + p.sum(-1, keepdim=True), acc + p @ values
+
+
+# ---------------------------------------------------------------- tiled loops
+
+
+def _good_update(m, l, acc, s, v):  # noqa: E741
+    m_new = _block(m, s)
+    shift = torch.where(torch.isneginf(m_new), 0.0, m_new)
+    p, c = torch.exp(s - shift), torch.exp(m - shift)
+    return m_new, c * l + p.sum(-1, keepdim=True), c * acc + p @ v
+
+
+def _tiles(query, key, value, block_q, block_k, causal, *, update=_good_update, start=-math.inf):
+    T, S = query.shape[-2], key.shape[-2]
+    out = []
+    for q0 in range(0, T, block_q):
+        q = query[..., q0 : q0 + block_q, :] / math.sqrt(query.shape[-1])
+        Tb = q.shape[-2]
+        m = torch.full((*q.shape[:-1], 1), start, dtype=q.dtype)
+        l = torch.zeros_like(m)  # noqa: E741
+        acc = torch.zeros((*q.shape[:-1], value.shape[-1]), dtype=q.dtype)
+        for k0 in range(0, S, block_k):
+            s = q @ key[..., k0 : k0 + block_k, :].transpose(-2, -1)
+            if causal:
+                i = torch.arange(q0, q0 + Tb)[:, None]
+                j = torch.arange(k0, k0 + s.shape[-1])[None, :]
+                s = s.masked_fill(j > i, -math.inf)
+            m, l, acc = update(m, l, acc, s, value[..., k0 : k0 + block_k, :])  # noqa: E741
+        out.append(acc / l)
+    return torch.cat(out, dim=-2)
+
+
+def loop_new_max_only(query, key, value, block_q, block_k, causal=False):
+    """Tiles with an update that never rescales the old sums by e^{m - m'}."""
+    return _tiles(query, key, value, block_q, block_k, causal, update=update_new_max_only)
+
+
+def loop_sum_not_rescaled(query, key, value, block_q, block_k, causal=False):
+    """Tiles with an update that rescales acc but not l."""
+    return _tiles(query, key, value, block_q, block_k, causal, update=update_sum_not_rescaled)
+
+
+def loop_divides_inside(query, key, value, block_q, block_k, causal=False):
+    """Divides acc by l after every block (inside the loop), then again at the end."""
+
+    def update(m, l, acc, s, v):  # noqa: E741
+        m, l, acc = _good_update(m, l, acc, s, v)  # noqa: E741
+        return m, l, acc / l
+
+    return _tiles(query, key, value, block_q, block_k, causal, update=update)
+
+
+def loop_starts_at_zero(query, key, value, block_q, block_k, causal=False):
+    """The running maximum starts at 0, not -inf: very negative rows underflow to 0 / 0."""
+    return _tiles(query, key, value, block_q, block_k, causal, start=0.0)
+
+
+def loop_full_scores(query, key, value, block_q, block_k, causal=False):
+    """Right values, but computes the whole T x S score matrix first and slices it into
+    tiles (the memory tiling exists to save)."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (..., T, S)
+    T, S = scores.shape[-2:]
+    if causal:
+        scores = scores.masked_fill(
+            torch.ones(T, S, dtype=torch.bool).tril().logical_not(), -math.inf
+        )
+    out = []
+    for q0 in range(0, T, block_q):
+        s_rows = scores[..., q0 : q0 + block_q, :]
+        m = torch.full((*s_rows.shape[:-1], 1), -math.inf, dtype=query.dtype)
+        l = torch.zeros_like(m)  # noqa: E741
+        acc = torch.zeros((*s_rows.shape[:-1], value.shape[-1]), dtype=query.dtype)
+        for k0 in range(0, S, block_k):
+            m, l, acc = _good_update(  # noqa: E741
+                m, l, acc, s_rows[..., k0 : k0 + block_k], value[..., k0 : k0 + block_k, :]
+            )
+        out.append(acc / l)
+    return torch.cat(out, dim=-2)
+
+
+def loop_full_causal_mask(query, key, value, block_q, block_k, causal=False):
+    """Tiles the scores but builds the whole T x S causal mask up front."""
+    T, S = query.shape[-2], key.shape[-2]
+    keep = torch.ones(T, S, dtype=torch.bool).tril() if causal else None
+    scale = 1 / math.sqrt(query.shape[-1])
+    out = []
+    for q0 in range(0, T, block_q):
+        q = query[..., q0 : q0 + block_q, :] * scale
+        m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        l = torch.zeros_like(m)  # noqa: E741
+        acc = torch.zeros((*q.shape[:-1], value.shape[-1]), dtype=q.dtype)
+        for k0 in range(0, S, block_k):
+            s = q @ key[..., k0 : k0 + block_k, :].transpose(-2, -1)
+            if keep is not None:
+                s = s.masked_fill(~keep[q0 : q0 + block_q, k0 : k0 + block_k], -math.inf)
+            m, l, acc = _good_update(m, l, acc, s, value[..., k0 : k0 + block_k, :])  # noqa: E741
+        out.append(acc / l)
+    return torch.cat(out, dim=-2)
+
+
+def loop_drops_last_key_block(query, key, value, block_q, block_k, causal=False):
+    """`for k0 in range(0, S - block_k + 1, block_k)`: the last, shorter block of keys is
+    never visited when block_k does not divide S."""
+    S = key.shape[-2]
+    kept = S // block_k * block_k
+    return _tiles(query, key[..., :kept, :], value[..., :kept, :], block_q, block_k, causal)
+
+
+def loop_ignores_causal(query, key, value, block_q, block_k, causal=False):
+    """Accepts `causal` and never uses it."""
+    return _tiles(query, key, value, block_q, block_k, False)
+
+
+def loop_calls_the_builtin(query, key, value, block_q, block_k, causal=False):
+    """Hands the whole job to `F.scaled_dot_product_attention` (no tiles of its own)."""
+    import torch.nn.functional as F
+
+    return F.scaled_dot_product_attention(query, key, value, is_causal=causal)
+
+
+CATALOGUE = [
+    (
+        "online_softmax_update",
+        "new max only",
+        update_new_max_only,
+        "not rescaled when the maximum grows",
+    ),
+    (
+        "online_softmax_update",
+        "sum not rescaled",
+        update_sum_not_rescaled,
+        "running sum l is not rescaled",
+    ),
+    (
+        "online_softmax_update",
+        "acc not rescaled",
+        update_acc_not_rescaled,
+        "accumulator acc is not rescaled",
+    ),
+    ("online_softmax_update", "divides early", update_divides_early, "divided by l too early"),
+    (
+        "online_softmax_update",
+        "NaN on a masked block",
+        update_nan_on_masked_block,
+        "fully masked block gives NaN",
+    ),
+    ("online_softmax_update", "block max only", update_block_max_only, "the block's maximum only"),
+    ("online_softmax_update", "inverted factor", update_inverted_factor, "factor is inverted"),
+    ("online_softmax_update", "raw exp", update_raw_exp, "of the raw scores overflows"),
+    (
+        "tiled_attention_loop",
+        "new max only",
+        loop_new_max_only,
+        "not rescaled when the maximum grows",
+    ),
+    (
+        "tiled_attention_loop",
+        "sum not rescaled",
+        loop_sum_not_rescaled,
+        "running sum l is not rescaled",
+    ),
+    (
+        "tiled_attention_loop",
+        "divides inside the loop",
+        loop_divides_inside,
+        "divided by l too early",
+    ),
+    ("tiled_attention_loop", "max starts at 0", loop_starts_at_zero, "starts at 0 instead of -inf"),
+    ("tiled_attention_loop", "whole T x S scores", loop_full_scores, "at least T·S = 61 × 67"),
+    (
+        "tiled_attention_loop",
+        "whole T x S causal mask",
+        loop_full_causal_mask,
+        "at least T·S = 61 × 67",
+    ),
+    (
+        "tiled_attention_loop",
+        "last key block dropped",
+        loop_drops_last_key_block,
+        "last, shorter block of keys",
+    ),
+    ("tiled_attention_loop", "causal ignored", loop_ignores_causal, "causal=True is ignored"),
+    (
+        "tiled_attention_loop",
+        "calls F.scaled_dot_product_attention",
+        loop_calls_the_builtin,
+        "do not call `F.scaled_dot_product_attention`",
+    ),
+]

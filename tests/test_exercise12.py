@@ -1,0 +1,227 @@
+"""Exercise 12 (efficient attention): each classic mistake gets its named message, the
+references pass, the "never builds T × S" rule holds in the check cell and in the grader
+(where the candidate runs in another kernel), and the derived quiz answers are exact.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attention_course import tiled
+from attention_course.checks import check_online_softmax_update, check_tiled_attention_loop
+from attention_course.checks import efficient as messages
+from attention_course.checks._sizes import record_sizes
+from attention_course.quiz import check_quiz
+
+sys.path.insert(0, os.path.dirname(__file__))
+from buggy import efficient as buggy  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TWIN = ROOT / "exercises" / "solutions" / "12_efficient_attention.ipynb"
+
+
+def _first_failure(report) -> str:
+    return next(r.message for r in report.results if not r.passed)
+
+
+def test_references_pass():
+    for check, reference in (
+        (check_online_softmax_update, tiled.online_softmax_update),
+        (check_tiled_attention_loop, tiled.tiled_attention_loop),
+    ):
+        report = check(reference)
+        assert report.passed and report.score == 1.0, str(report)
+
+
+@pytest.mark.parametrize(
+    "impl, message",
+    [
+        (buggy.update_new_max_only, messages.NO_RESCALE),
+        (buggy.update_sum_not_rescaled, messages.SUM_NOT_RESCALED),
+        (buggy.update_acc_not_rescaled, messages.ACC_NOT_RESCALED),
+        (buggy.update_divides_early, messages.DIVIDED_TOO_EARLY),
+        (buggy.update_nan_on_masked_block, messages.MASKED_BLOCK_NAN),
+        (buggy.update_block_max_only, messages.BLOCK_MAX_ONLY),
+        (buggy.update_inverted_factor, messages.RESCALE_INVERTED),
+        (buggy.update_raw_exp, messages.RAW_EXP),
+    ],
+    ids=lambda x: getattr(x, "__name__", "message"),
+)
+def test_each_update_mistake_is_named(impl, message):
+    report = check_online_softmax_update(impl)
+    assert not report.passed
+    assert f"Likely mistake: {message}." in _first_failure(report), str(report)
+
+
+@pytest.mark.parametrize(
+    "impl, message",
+    [
+        (buggy.loop_new_max_only, messages.NO_RESCALE),
+        (buggy.loop_sum_not_rescaled, messages.SUM_NOT_RESCALED),
+        (buggy.loop_divides_inside, messages.DIVIDED_TOO_EARLY),
+        (buggy.loop_starts_at_zero, messages.INIT_ZERO),
+        (buggy.loop_drops_last_key_block, messages.LAST_KEY_BLOCK_DROPPED),
+        (buggy.loop_ignores_causal, messages.CAUSAL_IGNORED),
+    ],
+    ids=lambda x: getattr(x, "__name__", "message"),
+)
+def test_each_loop_mistake_is_named(impl, message):
+    report = check_tiled_attention_loop(impl)
+    assert not report.passed
+    assert f"Likely mistake: {message}." in _first_failure(report), str(report)
+
+
+def test_a_nan_on_a_masked_block_fails_only_that_case():
+    report = check_online_softmax_update(buggy.update_nan_on_masked_block)
+    failed = [r.name for r in report.results if not r.passed]
+    assert failed == ["a fully masked block first (m stays -inf, l = 0, acc = 0; no NaN)"]
+
+
+@pytest.mark.parametrize("impl", [buggy.loop_full_scores, buggy.loop_full_causal_mask])
+def test_the_whole_score_matrix_is_caught_by_its_size(impl):
+    """Right values, wrong memory: only the "never builds T × S" cases fail, by name."""
+    report = check_tiled_attention_loop(impl)
+    failed = {r.name: r.message for r in report.results if not r.passed}
+    assert failed and all(name.startswith("never builds T × S") for name in failed), failed
+    assert all("at least T·S = 61 × 67 = 4,087" in m for m in failed.values()), failed
+    if impl is buggy.loop_full_scores:  # memory is the point of the task: values do not carry it
+        assert report.score < 0.6
+
+
+def test_the_size_recorder_counts_allocations_not_views():
+    """A (T, 1) column expanded to (T, S) allocates nothing; a product does."""
+    x, y = torch.randn(40, 1), torch.randn(1, 50)
+    with record_sizes() as largest:
+        x.expand(40, 50)
+    assert largest.elements == 40
+    with record_sizes() as largest:
+        _ = x @ y
+    assert largest.elements == 2000 and largest.shape == (40, 50) and largest.op == "aten.mm"
+
+
+def test_recorders_are_per_thread_and_the_kernels_record_is_checked_as_data():
+    """Two submissions graded at once (``--jobs``) run in two threads: a recorder in one
+    never sees the other's tensors; a malformed record from a kernel is refused."""
+    import threading
+
+    from attention_course import sandbox
+    from attention_course.checks import _sizes
+
+    seen = {}
+    with record_sizes() as largest:
+        thread = threading.Thread(target=lambda: seen.update(active=_sizes.active()))
+        thread.start()
+        thread.join()
+        torch.zeros(3)
+        sandbox._note_largest((50, (5, 10), "torch.float32", "aten.mm"))  # from the kernel
+    assert seen == {"active": False}
+    assert (largest.elements, largest.shape, largest.op) == (50, (5, 10), "aten.mm")
+    with pytest.raises(sandbox.SandboxError):
+        sandbox._note_largest((50, "(5, 10)", "torch.float32", "aten.mm"))
+
+
+def test_the_reference_loop_never_holds_more_than_a_strip():
+    q, k, v = torch.randn(2, 61, 4), torch.randn(2, 67, 4), torch.randn(2, 67, 3)
+    with record_sizes() as largest:
+        tiled.tiled_attention_loop(q, k, v, 7, 9, causal=True)
+    assert largest.elements < 61 * 67 / 4  # the inputs and output, never a T x S slab
+
+
+def test_the_update_handles_a_row_that_has_seen_nothing():
+    m, l, acc = tiled.online_softmax_update(
+        torch.full((2, 1), -math.inf),
+        torch.zeros(2, 1),
+        torch.zeros(2, 3),
+        torch.tensor([[-math.inf, -math.inf], [0.5, -math.inf]]),
+        torch.randn(2, 3),
+    )
+    assert bool(torch.isneginf(m[0]).all()) and float(l[0]) == 0 and bool((acc[0] == 0).all())
+    assert float(m[1]) == 0.5 and float(l[1]) == 1.0
+
+
+def test_the_kv_cache_answer_is_derived_and_accepts_numpy_and_tensors():
+    bytes_ = 2 * 3 * 16 * 512 * 2 * (30 + 40)  # K and V, decoder layers, batch, d, bf16
+    for answer in (bytes_, np.int64(bytes_), torch.tensor(bytes_), float(bytes_)):
+        assert check_quiz("12.kv_cache_bytes", lambda a=answer: a).passed
+    self_only = check_quiz("12.kv_cache_bytes", lambda: 2 * 3 * 16 * 512 * 2 * 30)
+    assert "cross-attention" in _first_failure(self_only)
+    encoder_too = check_quiz("12.kv_cache_bytes", lambda: bytes_ * 15 // 3)
+    assert "only the decoder's layers" in _first_failure(encoder_too)
+
+
+def test_merge_halves_answer_is_what_the_update_computes():
+    """Option c, computed: merging two halves' states equals the whole row's attention."""
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(1, 10, generator=g, dtype=torch.float64) * 3
+    v = torch.randn(10, 2, generator=g, dtype=torch.float64)
+    start = (torch.full((1, 1), -math.inf, dtype=torch.float64), torch.zeros(1, 1, dtype=s.dtype))
+    m1, l1, a1 = tiled.online_softmax_update(
+        *start, torch.zeros(1, 2, dtype=s.dtype), s[:, :5], v[:5]
+    )
+    m2, l2, a2 = tiled.online_softmax_update(
+        *start, torch.zeros(1, 2, dtype=s.dtype), s[:, 5:], v[5:]
+    )
+    m = torch.maximum(m1, m2)
+    c1, c2 = torch.exp(m1 - m), torch.exp(m2 - m)
+    merged = (c1 * a1 + c2 * a2) / (c1 * l1 + c2 * l2)
+    torch.testing.assert_close(merged, torch.softmax(s, -1) @ v)
+    assert check_quiz("12.merge_halves", lambda: "c").passed
+    assert "rescale both" in _first_failure(check_quiz("12.merge_halves", lambda: "b"))
+
+
+# ---------------------------------------------------------------- the grader
+
+nbformat = pytest.importorskip("nbformat")
+
+
+def _copy_with(tmp_path: Path, name: str, source: str) -> Path:
+    nb = nbformat.read(TWIN, as_version=4)
+    for cell in nb.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == name:
+            cell.source = source
+    path = tmp_path / TWIN.name
+    nbformat.write(nb, path)
+    return path
+
+
+def test_grader_gives_full_marks_and_catches_the_whole_matrix_in_the_kernel(tmp_path):
+    """One kernel per notebook: the solved twin gets 7/7; a copy whose loop builds the whole
+    T × S score matrix loses the points of that task only, with the named reason, although
+    its function runs in the student's kernel and not in the grader."""
+    pytest.importorskip("nbclient")
+    from attention_course import grading
+
+    solved = grading.grade_notebook(TWIN)
+    assert [(t.name, t.score) for t in solved.tasks] == [
+        ("online_softmax_update", 2.0),
+        ("tiled_attention_loop", 3.0),
+        ("kv_cache_bytes", 1.0),
+        ("merge_halves", 1.0),
+    ]
+    whole = '''def tiled_attention_loop(query, key, value, block_q, block_k, causal=False):
+    """softmax(Q K^T / sqrt(d_k)) V, one block_q x block_k tile of scores at a time."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (..., T, S)
+    if causal:
+        T, S = scores.shape[-2:]
+        keep = torch.ones(T, S, dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~keep, -math.inf)
+    return torch.softmax(scores, dim=-1) @ value
+'''
+    graded = {
+        t.name: t
+        for t in grading.grade_notebook(_copy_with(tmp_path, "tiled_attention_loop", whole)).tasks
+    }
+    assert [
+        graded[n].score for n in ("online_softmax_update", "kv_cache_bytes", "merge_halves")
+    ] == [2.0, 1.0, 1.0]
+    loop = graded["tiled_attention_loop"]
+    assert loop.score < 3.0
+    assert loop.reason.startswith("never builds T × S: T = 61, S = 67"), loop.reason
+    assert "at least T·S = 61 × 67 = 4,087" in loop.reason

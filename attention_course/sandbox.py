@@ -195,12 +195,12 @@ def _recv(sock: socket.socket) -> object:
 
 
 def _frame_of(error: BaseException) -> tuple | None:
-    """(line number, function, line) of the innermost frame of the student's code."""
-    checks_dir = os.path.join(_PACKAGE_DIR, "checks")
+    """(line number, function, line) of the innermost frame of the student's code: not the
+    package's (a reference the exercise hands out raises in `_validate.py`), nor PyTorch's."""
     torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
     for frame in reversed(traceback.extract_tb(error.__traceback__)):
         path = os.path.abspath(frame.filename)
-        if path == _THIS_FILE or path.startswith((checks_dir + os.sep, torch_dir + os.sep)):
+        if path == _THIS_FILE or path.startswith((_PACKAGE_DIR + os.sep, torch_dir + os.sep)):
             continue
         if path == os.path.abspath(threading.__file__):
             continue

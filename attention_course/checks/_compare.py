@@ -20,16 +20,29 @@ Mistake = tuple[str, Callable[[], object]]
 Hint = Callable[[torch.Tensor], "str | None"]
 
 TOLERANCES = {
-    torch.float64: (1e-6, 1e-5),
+    # float64 arithmetic agrees with the reference to about 1e-15 relative, whatever the
+    # order of the operations; float32 to about 1e-7. So a float64 result that is right to
+    # 1e-7 only was computed in float32 somewhere inside (`x.float()` ... `.to(x.dtype)`),
+    # which the statements forbid: the float64 tolerance must reject it.
+    torch.float64: (1e-10, 1e-10),
     torch.float32: (2e-5, 1e-4),
     torch.float16: (2e-3, 2e-3),
     torch.bfloat16: (2e-2, 2e-2),
 }
 
+MATCH_TOLERANCES = {torch.float64: (1e-6, 1e-5)}
+"""Looser tolerances for *naming* a mistake: a known mistake is recognised in a result
+that also lost precision (an unbiased variance computed in float32 is still named)."""
+
 
 def tolerances(dtype: torch.dtype) -> tuple[float, float]:
     """(atol, rtol) used to compare tensors of ``dtype``."""
     return TOLERANCES.get(dtype, (1e-6, 1e-5))
+
+
+def match_tolerances(dtype: torch.dtype) -> tuple[float, float]:
+    """(atol, rtol) used to recognise a known mistake in a result of ``dtype``."""
+    return MATCH_TOLERANCES.get(dtype, tolerances(dtype))
 
 
 def fmt_values(t: torch.Tensor, limit: int = 6) -> str:
@@ -181,16 +194,24 @@ def expect_close(
     expected = expected.detach().cpu()
     got = got.detach().cpu()  # the comparison happens on the CPU, whatever device came back
     default_atol, default_rtol = tolerances(expected.dtype)
+    match_atol, match_rtol = match_tolerances(expected.dtype)
+    if atol is not None:
+        match_atol = atol
+    if rtol is not None:
+        match_rtol = rtol
     atol = default_atol if atol is None else atol
     rtol = default_rtol if rtol is None else rtol
 
+    def explain(message: str, hints) -> str:
+        return _explain(message, got, mistakes, hints, match_atol, match_rtol, expected)
+
     if tuple(got.shape) != tuple(expected.shape):
         message = f"{name}: expected shape {fmt_shape(expected.shape)}, got {fmt_shape(got.shape)}"
-        raise CaseFailed(_explain(message, got, mistakes, (), atol, rtol, expected))
+        raise CaseFailed(explain(message, ()))
 
     if check_dtype and got.dtype != expected.dtype:
         message = f"{name}: expected dtype {expected.dtype}, got {got.dtype}"
-        if matches(got, expected, atol, rtol):
+        if matches(got, expected, match_atol, match_rtol):
             message += " (the values are right)"
             mistakes = []  # only the dtype is wrong
         if dtype_hint:
@@ -203,7 +224,7 @@ def expect_close(
                 "not cast with `.float()`, and create new tensors with "
                 "`dtype=x.dtype, device=x.device`"
             )
-        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
+        raise CaseFailed(explain(message, hints))
 
     if expected.dtype == torch.bool or not expected.is_floating_point():
         if not torch.equal(got.detach().to(expected.dtype), expected):
@@ -212,7 +233,7 @@ def expect_close(
             message = f"{name}: wrong values at {int(len(wrong))} position(s)"
             if index:
                 message += "\n" + _row_excerpt(expected, got.detach().to(expected.dtype), index)
-            raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
+            raise CaseFailed(explain(message, hints))
         return original
 
     got_values = got.detach().to(expected.dtype)
@@ -226,7 +247,7 @@ def expect_close(
             f"(first at {list(index)}) where the reference is finite"
         )
         message += "\n" + _row_excerpt(expected, got_values, index)
-        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
+        raise CaseFailed(explain(message, hints))
 
     if not torch.allclose(got_values, expected, atol=atol, rtol=rtol, equal_nan=True):
         diff = (got_values - expected).abs().nan_to_num(nan=float("inf"))
@@ -238,22 +259,38 @@ def expect_close(
             + _row_excerpt(expected, got_values, index)
         )
         hints = [*hints, _float32_precision_hint(expected)]
-        raise CaseFailed(_explain(message, got, mistakes, hints, atol, rtol, expected))
+        raise CaseFailed(explain(message, hints))
     return original
 
 
 def _float32_precision_hint(expected: torch.Tensor) -> Hint:
-    """A hint for float64 results that agree with the reference only to float32 precision
-    (about 4 significant digits): a cast to float32 somewhere in the computation."""
+    """A hint for float64 results that agree with the reference only to float32 precision:
+    part of the computation ran in float32 (float64 arithmetic agrees to about 1e-15)."""
 
     def hint(got: torch.Tensor) -> str | None:
         if expected.dtype != torch.float64 or not got.is_floating_point():
             return None
         got = got.to(torch.float64)
-        scale = float(expected.abs().max()) if expected.numel() else 0.0
         if not bool(torch.isfinite(got).all()):
             return None
-        if float((got - expected).abs().max()) <= 1e-3 * (1.0 + scale):
+        scale = 1.0 + (float(expected.abs().max()) if expected.numel() else 0.0)
+        error = float((got - expected).abs().max()) / scale
+        if error < 1e-8:  # float32 rounding is about 6e-8 per operation
+            return (
+                f"your values differ from the reference by a relative {_fmt_number(error)} "
+                "only: more than float64's rounding (about 1e-15), less than float32's "
+                "(about 1e-7); look for a small constant that the formula does not have "
+                "(an epsilon such as `+ 1e-9` in a denominator)"
+            )
+        if error <= 1e-5:
+            return (
+                f"your values agree with the reference only to float32 precision (relative "
+                f"error {_fmt_number(error)}; float64 arithmetic agrees to about 1e-15): the "
+                "input is float64 but the work was computed in float32 inside (`x.float()` "
+                "... `.to(x.dtype)`, `torch.tensor(...)` or a new tensor without "
+                "`dtype=x.dtype`); keep the input's dtype (float64) throughout"
+            )
+        if error <= 1e-3:
             return (
                 "your values agree with the reference to about 4 digits only, as if computed "
                 "in float32 precision: the input is float64; if something casts to float32 "
@@ -314,21 +351,28 @@ def expect_grad(got_grad, expected_grad, name: str, *, mistakes=(), atol=None, r
 # ---------------------------------------------------------------- property hints
 
 
-def sums_to_one_hint(dim: int, axis_name: str) -> Hint:
-    """A hint that fires when weights do not sum to 1 over ``dim`` but do over another axis."""
+def sums_to_one_hint(dim: int, axis_name: str, *, masked: bool = True) -> Hint:
+    """A hint that fires when weights do not sum to 1 over ``dim`` but do over another axis.
+    ``masked``: the target takes a mask, so an all-zero row (a fully masked query) is fine;
+    without masks (soft_argmax, set attention) every row must sum to 1 and the hint does
+    not talk about masks."""
 
     def ones_ok(got: torch.Tensor, d: int) -> bool:
-        """Every row along ``d`` sums to 1, except all-zero rows (a fully masked query
-        rightly gets zero weights)."""
+        """Every row along ``d`` sums to 1 (except all-zero rows, when ``masked``)."""
         sums = got.sum(d)
-        empty = (got == 0).all(d)
+        empty = (got == 0).all(d) if masked else torch.zeros_like(sums, dtype=torch.bool)
         return bool(torch.allclose(sums[~empty], torch.ones((), dtype=got.dtype), atol=1e-6))
 
     def hint(got: torch.Tensor) -> str | None:
         if not got.is_floating_point() or got.dim() == 0:
             return None
         if bool((got == 0).all()):
-            return "all your weights are 0: only a fully masked query row has zero weights"
+            if masked:
+                return "all your weights are 0: only a fully masked query row has zero weights"
+            return (
+                f"all your weights are 0: they must be positive and sum to 1 over {axis_name} "
+                "(exponentials divided by their sum)"
+            )
         if ones_ok(got, dim):
             return None
         for other in range(-got.dim(), 0):
@@ -339,9 +383,78 @@ def sums_to_one_hint(dim: int, axis_name: str) -> Hint:
                 )
         if got.min() < 0:
             return "some weights are negative: weights come out of a softmax"
+        sums = got.sum(dim)
+        example = f"{_fmt_number(float(sums.reshape(-1)[0]))}"
+        if masked:
+            return (
+                f"your weights do not sum to 1 over {axis_name} (dim={dim}) (rows that are all "
+                "zero, for fully masked queries, are fine)"
+            )
         return (
-            f"your weights do not sum to 1 over {axis_name} (dim={dim}) (rows that are all "
-            "zero, for fully masked queries, are fine)"
+            f"your weights do not sum to 1 over {axis_name} (dim={dim}): the first row sums "
+            f"to {example}; divide the exponentials by their own sum over {axis_name}, with "
+            "the same max subtracted in the numerator and the denominator"
         )
 
     return hint
+
+
+def name_from_probe(
+    failure: CaseFailed,
+    probe: Callable[[], object],
+    mistakes: Iterable[Mistake],
+    expected: torch.Tensor,
+    shown: str,
+    fallback: str | None = None,
+) -> CaseFailed:
+    """A small case can fit several known mistakes at once (at size 1 an inverted causal
+    mask and one without its diagonal both give ``[[False]]``), so its message names none
+    or the wrong one. ``probe()`` calls the student's code on a larger input, ``shown``
+    (e.g. ``"causal_mask(6)"``), whose right answer is ``expected``: the mistake named is
+    the one that reproduces the probe's output. Without one, ``fallback`` is added as a
+    hint. Returns the case's failure, its first lines kept."""
+    head = "\n".join(
+        line
+        for line in str(failure).splitlines()
+        if not line.startswith(("Likely mistake:", "Hint:"))
+    )
+    try:
+        got = probe()
+    except Exception:  # noqa: BLE001 - the case's own message stands
+        got = None
+    if isinstance(got, torch.Tensor) and not matches(got.detach().cpu(), expected, 0.0, 0.0):
+        mistake = first_mistake(got, mistakes, 0.0, 0.0, expected)
+        if mistake is not None:
+            return CaseFailed(f"{head}\nLikely mistake (the same code on {shown}): {mistake}.")
+    if fallback and "\nLikely mistake:" not in str(failure) and "\nHint:" not in str(failure):
+        return CaseFailed(f"{head}\nHint: {fallback}.")
+    return failure
+
+
+def unambiguous(mistakes, expected: torch.Tensor):
+    """The known mistakes that a wrong output names without doubt: a mistake is dropped
+    when it gives the right answer on this input, or when another mistake with a different
+    description gives the same output (at Hkv = 2, n_rep = 3 "Hkv copies" and "n_rep - 1
+    copies" are the same tensor, and naming either would be a guess)."""
+    outputs = []
+    for description, compute in mistakes:
+        try:
+            out = compute()
+        except Exception:  # noqa: BLE001 - a mistake that cannot be computed does not match
+            continue
+        if isinstance(out, torch.Tensor):
+            out = out.detach().cpu()
+            if out.shape == expected.shape and matches(expected, out, 0.0, 0.0):
+                continue
+            outputs.append((description, out))
+    kept = []
+    for description, out in outputs:
+        if any(
+            other_description != description
+            and other.shape == out.shape
+            and matches(out, other, 0.0, 0.0)
+            for other_description, other in outputs
+        ):
+            continue
+        kept.append((description, lambda out=out: out))
+    return kept

@@ -29,6 +29,7 @@ from ._report import CaseResult, Report
 NOT_IMPLEMENTED_MESSAGE = "not implemented yet: replace `raise NotImplementedError` with your code"
 
 _CHECKS_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(_CHECKS_DIR)  # attention_course/: the references, the checkers
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _THREADING_FILE = os.path.abspath(threading.__file__)
 
@@ -71,11 +72,14 @@ class Case:
 
 
 def _student_frame(tb) -> traceback.FrameSummary | None:
-    """The innermost traceback frame that belongs to the student's code."""
+    """The innermost traceback frame that belongs to the student's code: not the package's
+    (a reference the exercise hands out, such as exercise 10's MultiHeadAttention, raises
+    its ValueError in `_validate.py`; the line to show is the student's call), nor
+    PyTorch's."""
     frames = traceback.extract_tb(tb)
     for frame in reversed(frames):
         path = os.path.abspath(frame.filename)
-        if path.startswith(_CHECKS_DIR + os.sep) or path.startswith(_TORCH_DIR + os.sep):
+        if path.startswith(_PACKAGE_DIR + os.sep) or path.startswith(_TORCH_DIR + os.sep):
             continue
         if path == _THREADING_FILE:
             continue
@@ -112,6 +116,11 @@ _ERROR_HINTS = (
         "positional argument",
         "keep the signature of the exercise stub: the checker calls your code with the "
         "contract's arguments",
+    ),
+    (
+        "on the expected device",
+        "two tensors are on different devices: create every new tensor on the device of the "
+        "inputs (`device=...`, e.g. `torch.arange(n, device=x.device)`), not on the CPU",
     ),
     (
         "cannot be multiplied",

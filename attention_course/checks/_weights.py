@@ -32,13 +32,16 @@ def expect_weights_then_output(
     expected: tuple[torch.Tensor, torch.Tensor],
     variants: dict[str, tuple],
     names: tuple[str, str] = ("output", "weights"),
+    *,
+    masked: bool = True,
 ) -> None:
     """Check the weights first, then the output.
 
     ``got`` and ``expected`` are ``(output, weights)`` pairs, ``names`` names them in
     messages; ``variants`` maps a mistake to its ``(output, weights)``. For the output only
     the mistakes whose weights equal the student's are considered, so that a correct
-    softmax followed by a wrong product is not blamed on the softmax.
+    softmax followed by a wrong product is not blamed on the softmax. ``masked``: the
+    target takes a mask (an all-zero row of weights may be right).
     """
     got_output, got_weights = got
     expected_output, expected_weights = expected
@@ -48,7 +51,7 @@ def expect_weights_then_output(
         expected_weights,
         weights_name,
         mistakes=[(d, lambda v=v: v[1]) for d, v in variants.items()],
-        hints=[sums_to_one_hint(-1, "the keys (last axis)")],
+        hints=[sums_to_one_hint(-1, "the keys (last axis)", masked=masked)],
     )
     same_weights = {
         d: v

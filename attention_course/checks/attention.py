@@ -11,7 +11,7 @@ from attention_course import attention as ref
 
 from ._compare import Mistake, expect_close, expect_like, expect_tuple, fmt_shape, sums_to_one_hint
 from ._data import leaf, randn, random_bool
-from ._dropout import expect_dropout_of, is_unchanged
+from ._dropout import expect_dropout_of, is_unchanged, looks_dropped_out
 from ._modules import ModulePair, expect_same_grads, leaves
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 from ._weights import attend, expect_weights_then_output
@@ -97,7 +97,7 @@ def _soft_argmax_case(candidate, scores: torch.Tensor, **kwargs):
             expected,
             "weights",
             mistakes=_soft_argmax_mistakes(scores, beta, dim),
-            hints=[sums_to_one_hint(dim, "`dim`")],
+            hints=[sums_to_one_hint(dim, "`dim`", masked=False)],
         )
 
     return run
@@ -213,7 +213,7 @@ def _set_attention_case(candidate, X: torch.Tensor, **kwargs):
         _check_pair_order(got, expected_H, expected_A, ("H", "A"))
         variants = _set_attention_variants(X, kwargs.get("beta", 1.0), kwargs.get("hard", False))
         expect_weights_then_output(
-            got, (expected_H, expected_A), variants, ("H", "A (the weights)")
+            got, (expected_H, expected_A), variants, ("H", "A (the weights)"), masked=False
         )
 
     return run
@@ -471,6 +471,12 @@ def _sdpa_dropout_case(candidate, q, k, v, p: float, mask=None):
                     f"`dropout_p` is ignored: with dropout_p={p:g} about {p:.0%} of the weights "
                     "must be set to 0 and the rest scaled by 1 / (1 - dropout_p); dropout goes "
                     + _SDPA_DROPOUT_WHERE
+                )
+            if looks_dropped_out(got_out, clean_out, p):
+                raise CaseFailed(
+                    "dropout is applied to the output (weights @ value): its entries are "
+                    "zeroed or scaled by 1 / (1 - dropout_p) while the weights are untouched; "
+                    "dropout belongs " + _SDPA_DROPOUT_WHERE
                 )
             raise CaseFailed(
                 "you returned the weights from before dropout: the output was computed with "

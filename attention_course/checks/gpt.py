@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from attention_course import gpt as ref
 
-from ._compare import expect_close, expect_like, fmt_shape
+from ._compare import expect_close, expect_like, fmt_shape, matches, tolerances
 from ._data import randn
 from ._modules import build_pair, expect_same_grads, leaves
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker, forbid_builtins
@@ -74,6 +74,15 @@ MASK_AFTER_SOFTMAX = (
     "the mask is applied after the softmax: zeroing the future weights after the softmax "
     "leaves rows that no longer sum to 1 (and the future still shaped the normaliser); "
     "fill the *scores* with -inf before the softmax"
+)
+MASK_ONE_MODE = (
+    "the causal mask (or another step) is applied in {} mode only, behind `if "
+    "self.training`: the mask applies in both modes, only dropout depends on self.training"
+)
+DROPOUT_MASKED_SCORES = (
+    "dropout is applied to the scores after the mask: a dropped -inf score becomes "
+    "-inf * 0 = NaN, and a row with a NaN gives NaN weights; dropout belongs on the weights, "
+    "after the softmax: `F.dropout(weights, p=self.dropout, training=self.training)`"
 )
 NO_OUT_PROJ = "the output projection w_o is not applied: mix the concatenated heads with self.w_o"
 SOFTMAX_DIM = (
@@ -270,11 +279,39 @@ def _compare_case(candidate, init: dict, shape, *, seed: int, train: bool = Fals
                 "`F.dropout(weights, p=self.dropout, training=self.training)` (or an "
                 "nn.Dropout module, which follows module.eval())"
             )
+        _expect_same_in_both_modes(student, x, got, expected, init, train, what)
         expect_close(
             got, expected, "the output", mistakes=mistakes, hints=[_single_token_hint(shape)]
         )
 
     return run
+
+
+def _expect_same_in_both_modes(student, x, got, expected, init: dict, train: bool, what: str):
+    """With dropout=0 the training and eval outputs are the same: an output that is wrong
+    in this mode but right in the other one comes from code that depends on self.training
+    (a mask applied in one mode only)."""
+    if init.get("dropout", 0.0) != 0 or not isinstance(got, torch.Tensor):
+        return
+    if got.shape != expected.shape or matches(
+        got.detach().cpu(), expected, *tolerances(expected.dtype)
+    ):
+        return
+    student.train(not train)
+    try:
+        other = _call(student, x, what)
+    except CaseFailed:
+        return
+    finally:
+        student.train(train)
+    if not isinstance(other, torch.Tensor) or other.shape != expected.shape:
+        return
+    if matches(other.detach().cpu(), expected, *tolerances(expected.dtype)):
+        this, that = ("training", "eval") if train else ("eval", "training")
+        raise CaseFailed(
+            f"the output is wrong in {this} mode but right in {that} mode (dropout=0, so "
+            f"both modes must give the same output).\nLikely mistake: {MASK_ONE_MODE.format(that)}."
+        )
 
 
 def _causality_case(candidate, init: dict):
@@ -413,6 +450,17 @@ def _expect_first_token_dropout(module, x, first, p: float) -> str | None:
     return None
 
 
+def _expect_no_nan_in_training(got) -> None:
+    """NaN in training mode only (the eval output was right): dropout met the -inf of the
+    mask, which happens when it is applied to the masked scores."""
+    if isinstance(got, torch.Tensor) and got.is_floating_point() and bool(got.isnan().any()):
+        count = int(got.isnan().sum())
+        raise CaseFailed(
+            f"in training mode your output has NaN at {count} of {got.numel()} positions, "
+            f"while the eval-mode output is right.\nLikely mistake: {DROPOUT_MASKED_SCORES}."
+        )
+
+
 def _dropout_case(candidate, init: dict, draws: int = 200):
     """Training mode with dropout on the attention weights, checked by its properties
     (whatever random numbers the student draws): the output is random; it is not the
@@ -442,6 +490,7 @@ def _dropout_case(candidate, init: dict, draws: int = 200):
             outputs = []
             for _ in range(draws):
                 got = _call(student, x, what)
+                _expect_no_nan_in_training(got)
                 expect_like(got, clean, "the output")
                 outputs.append(got.detach().to(torch.float64))
         stack = torch.stack(outputs)

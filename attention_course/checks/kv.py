@@ -8,7 +8,13 @@ import torch
 
 from attention_course import kv as ref
 
-from ._compare import expect_close, expect_meta_mask, fmt_shape, matches
+from ._compare import (
+    expect_close,
+    expect_meta_mask,
+    fmt_shape,
+    name_from_probe,
+    unambiguous,
+)
 from ._data import leaf, randn
 from ._modules import expect_same_grads
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker, expect_value_error
@@ -97,35 +103,6 @@ def _repeat_mistakes(x: torch.Tensor, n_rep: int):
     ]
 
 
-def _unambiguous(mistakes, expected: torch.Tensor):
-    """The known mistakes that a wrong output names without doubt: a mistake is dropped
-    when it gives the right answer on this input, or when another mistake with a different
-    description gives the same output (at Hkv = 2, n_rep = 3 "Hkv copies" and "n_rep - 1
-    copies" are the same tensor, and naming either would be a guess)."""
-    outputs = []
-    for description, compute in mistakes:
-        try:
-            out = compute()
-        except Exception:  # noqa: BLE001 - a mistake that cannot be computed does not match
-            continue
-        if isinstance(out, torch.Tensor):
-            out = out.detach().cpu()
-            if out.shape == expected.shape and matches(expected, out, 0.0, 0.0):
-                continue
-            outputs.append((description, out))
-    kept = []
-    for description, out in outputs:
-        if any(
-            other_description != description
-            and other.shape == out.shape
-            and matches(out, other, 0.0, 0.0)
-            for other_description, other in outputs
-        ):
-            continue
-        kept.append((description, lambda out=out: out))
-    return kept
-
-
 def _index_hint(text: str) -> str | None:
     if "out of bounds" in text or "out of range" in text:
         return (
@@ -142,7 +119,7 @@ def _repeat_what(x: torch.Tensor, n_rep: int) -> str:
 
 def _expect_repeat(got, expected: torch.Tensor, x: torch.Tensor, n_rep: int, name: str):
     """``expect_close`` with the head count spelled out when it is wrong."""
-    mistakes = _unambiguous(_repeat_mistakes(x, n_rep), expected)
+    mistakes = unambiguous(_repeat_mistakes(x, n_rep), expected)
     Hkv = x.shape[1]
     if (
         isinstance(got, torch.Tensor)
@@ -323,6 +300,9 @@ def _device_hint(text: str) -> str | None:
     return None
 
 
+_PROBE = (8, 3)  # (size, window) of the larger mask that names an ambiguous mistake
+
+
 def _window_case(candidate, size: int, window: int, with_device: bool = False):
     def run():
         expected = ref.sliding_window_mask(size, window)
@@ -344,8 +324,33 @@ def _window_case(candidate, size: int, window: int, with_device: bool = False):
             )
         # A mistake is named only where it alone explains the output: at size 1 an inverted
         # mask, a window one too narrow and a missing diagonal all give [[False]].
-        mistakes = _unambiguous(_window_mistakes(size, window), expected)
-        expect_close(got, expected, f"the mask of {what}", mistakes=mistakes)
+        mistakes = unambiguous(_window_mistakes(size, window), expected)
+        try:
+            expect_close(got, expected, f"the mask of {what}", mistakes=mistakes)
+        except CaseFailed as failure:
+            if "\nLikely mistake:" in str(failure):
+                raise
+            # The same code on a larger mask tells the mistakes apart.
+            size_, window_ = _PROBE
+            shown = f"sliding_window_mask({size_}, window={window_})"
+            raise name_from_probe(
+                failure,
+                lambda: call_student(candidate, size_, window_, what=shown),
+                unambiguous(
+                    _window_mistakes(size_, window_), ref.sliding_window_mask(size_, window_)
+                ),
+                ref.sliding_window_mask(size_, window_),
+                shown,
+                fallback=(
+                    "row i must be True exactly at the keys j with 0 <= i - j < window: "
+                    + (
+                        "here (window 1) token i itself only"
+                        if window == 1
+                        else f"token i itself and the window - 1 = {window - 1} before it"
+                    )
+                    + ", never a later one"
+                ),
+            ) from None
         if with_device and got.device != torch.device("cpu"):
             raise CaseFailed(f"the mask is on {got.device}, expected the requested device cpu")
 

@@ -6,7 +6,7 @@ import torch
 
 from attention_course import masking as ref
 
-from ._compare import expect_close, expect_meta_mask
+from ._compare import expect_close, expect_meta_mask, name_from_probe, unambiguous
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 
 _BOOL_HINT = "build it with `dtype=torch.bool` (or compare with `<`/`<=`, which gives bools)"
@@ -71,11 +71,27 @@ def _causal_case(candidate, size: int, with_device: bool = False):
                     f"the mask has dtype {got.dtype}, expected torch.bool (True = may attend): "
                     f"{_BOOL_HINT}"
                 )
-        expect_close(got, expected, "the mask", mistakes=mistakes)
+        try:
+            expect_close(got, expected, "the mask", mistakes=unambiguous(mistakes, expected))
+        except CaseFailed as failure:
+            if "\nLikely mistake:" in str(failure):
+                raise
+            # At size 1 an inverted mask and a mask without its diagonal are both [[False]]:
+            # the same code on a larger size tells them apart.
+            raise name_from_probe(
+                failure,
+                lambda: call_student(candidate, _PROBE_SIZE, what=f"causal_mask({_PROBE_SIZE})"),
+                _causal_mistakes(_PROBE_SIZE),
+                ref.causal_mask(_PROBE_SIZE),
+                f"causal_mask({_PROBE_SIZE})",
+            ) from None
         if with_device and got.device != torch.device("cpu"):
             raise CaseFailed(f"the mask is on {got.device}, expected the requested device cpu")
 
     return run
+
+
+_PROBE_SIZE = 6
 
 
 def _causal_meta_case(candidate, size: int):
@@ -215,6 +231,18 @@ def _padding_meta_case(candidate, max_len: int):
             )
         except CaseFailed as failure:
             text = str(failure)
+            if "device" in text.splitlines()[0] and "meta tensor" not in text:
+                # e.g. "Tensor on device meta is not on the expected device cpu!": a tensor
+                # made on the CPU (`torch.arange(max_len)`) met `lengths` on the meta device
+                where = text.split("\n", 1)[1].split("\nHint:")[0] if "\n" in text else ""
+                raise CaseFailed(
+                    "the mask must be made on the device of `lengths` (device=lengths.device): "
+                    "a tensor made on the CPU met `lengths` on the meta device\n"
+                    + text.splitlines()[0]
+                    + (f"\n{where}" if where else "")
+                    + "\nHint: create the positions there, `torch.arange(max_len, "
+                    "device=lengths.device)`; `torch.arange(max_len)` alone is made on the CPU."
+                ) from None
             if "meta tensor" not in text:
                 raise
             line = text.split("\nat line ", 1)[1].split("\n", 1)[0] if "\nat line " in text else ""

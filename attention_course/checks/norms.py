@@ -6,7 +6,7 @@ import torch
 
 from attention_course import norms as ref
 
-from ._compare import expect_close
+from ._compare import expect_close, match_tolerances, matches
 from ._data import randn
 from ._modules import ModulePair, build_pair
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker, without_builtin
@@ -97,9 +97,47 @@ def _layer_norm_case(candidate, init: dict, x: torch.Tensor, grad: bool = False)
             mistakes = _layer_norm_mistakes(pair.reference, x)
         expect_close(got, expected, "the output", mistakes=mistakes)
         if grad:
-            pair.expect_grads(got, expected, ("`x`",))
+            try:
+                pair.expect_grads(got, expected, ("`x`",))
+            except CaseFailed as failure:
+                if _stats_without_grad(pair, x, expected):
+                    raise CaseFailed(f"{failure}\nLikely mistake: {_LN_STATS_NO_GRAD}.") from None
+                raise
 
     return run
+
+
+_LN_STATS_NO_GRAD = (
+    "the mean and variance are computed under `torch.no_grad()` (or detached): the output is "
+    "right, but the gradient of x misses the terms that flow through the mean and the "
+    "variance; compute them with ordinary tensor operations, outside torch.no_grad(), "
+    "without .detach()"
+)
+
+
+def _stats_without_grad(pair: ModulePair, x: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Whether the student's gradient of x is the one LayerNorm gives when its mean and
+    variance are constants (computed under ``torch.no_grad()``)."""
+    got_grad = pair.mine[0].grad if pair.mine else None
+    if got_grad is None:
+        return False
+    module = pair.reference
+    dims = tuple(range(-len(module.normalized_shape), 0))
+    generator = torch.Generator().manual_seed(123)  # backward_both's upstream gradient
+    upstream = torch.randn(expected.shape, generator=generator, dtype=torch.float64)
+    for mean_constant, var_constant in ((True, True), (True, False), (False, True)):
+        leaf = x.detach().clone().requires_grad_(True)
+        mean = leaf.mean(dim=dims, keepdim=True)
+        var = leaf.var(dim=dims, keepdim=True, unbiased=False)
+        mean = mean.detach() if mean_constant else mean
+        var = var.detach() if var_constant else var
+        y = (leaf - mean) / torch.sqrt(var + module.eps)
+        if module.weight is not None:
+            y = y * module.weight.detach() + module.bias.detach()
+        y.backward(upstream.to(y.dtype))
+        if matches(got_grad.detach().cpu(), leaf.grad, *match_tolerances(leaf.grad.dtype)):
+            return True
+    return False
 
 
 def _layer_norm_state(candidate):
@@ -434,6 +472,45 @@ def _batch_norm_grad(candidate):
     return run
 
 
+_BN_GRAPH = (
+    "after a training step on an input that requires grad, `{name}` requires grad (it has "
+    "a grad_fn): the running "
+    "statistics joined the autograd graph, so copy.deepcopy(model) raises, a backward pass "
+    "in eval mode fails ('backward through the graph a second time') and every step's graph "
+    "is kept alive. Likely mistake: the running statistics are updated outside "
+    "`torch.no_grad()`{rebound}; update them under torch.no_grad(), in place "
+    "(`self.{name}.mul_(1 - m).add_(m * batch_stat)`), or from `.detach()`ed batch statistics"
+)
+
+
+def _batch_norm_graph(candidate):
+    """The running statistics are state, not part of the model's computation: after a
+    training step on an input that requires grad they must not require grad (nor carry a
+    grad_fn), and they must still be the module's registered buffers."""
+
+    def run():
+        student, _ = build_pair(candidate, ref.BatchNorm1d, kwargs={"num_features": 3})
+        student.train()
+        x = _batch_inputs(3, False, seed=125)[0].requires_grad_(True)
+        call_student(student, x, what="bn(x) in training mode", arg_names=("x",))
+        buffers = [name for name, _ in student.named_buffers()]
+        for name in ("running_mean", "running_var"):
+            if name not in buffers:
+                raise CaseFailed(
+                    f"after a training step `{name}` is no longer a registered buffer (it is "
+                    "not in module.named_buffers()): keep updating the buffer itself, "
+                    f"`self.{name}.mul_(1 - m).add_(m * batch_stat)` under torch.no_grad()"
+                )
+            # read as an attribute: the grader's proxy of the student's module passes on
+            # requires_grad (the grad_fn stays in the student's kernel)
+            stat = getattr(student, name)
+            if stat.requires_grad or stat.grad_fn is not None:
+                rebound = " (or rebound, `self.{0} = (1 - m) * self.{0} + m * ...`)"
+                raise CaseFailed(_BN_GRAPH.format(name=name, rebound=rebound.format(name)))
+
+    return run
+
+
 def _batch_norm_fresh_eval(candidate):
     def run():
         pair = ModulePair(candidate, ref.BatchNorm1d, init={"num_features": 4}, train=False)
@@ -522,6 +599,11 @@ def check_batch_norm(candidate) -> list[Case]:
             "gradients reach weight, bias and x (training mode)",
             _batch_norm_grad(candidate),
             covers=frozenset({"grad", "mode=train", "input=(B, C, L)"}),
+        ),
+        Case(
+            "running statistics stay out of the autograd graph",
+            _batch_norm_graph(candidate),
+            covers=frozenset({"grad", "mode=train"}),
         ),
     ]
     return without_builtin(cases, "batch_norm", "BatchNorm1d")

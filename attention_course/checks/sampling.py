@@ -9,7 +9,7 @@ import torch
 
 from attention_course import sampling as ref
 
-from ._compare import expect_close, expect_tensor, first_mistake, fmt_values, tolerances
+from ._compare import expect_close, expect_tensor, first_mistake, fmt_values, match_tolerances
 from ._data import randn
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker, expect_value_error
 
@@ -248,7 +248,7 @@ def _expect_filtered(got, expected: torch.Tensor, name: str, mistakes, hints) ->
                 "(-inf elsewhere)\n"
                 f"{' ' * len(where)}got finite logits at      {_indices(got_kept[row])}"
             )
-            atol, rtol = tolerances(expected.dtype)
+            atol, rtol = match_tolerances(expected.dtype)
             # Several mistakes can give the same output on one input: name all of them.
             matches = []
             for mistake in mistakes:

@@ -455,3 +455,32 @@ CATALOGUE = [
         "the bool mask multiplies the scores",
     ),
 ]
+
+
+# ---------------------------------------------------------------- issue 24, round 3 (verdicts)
+# Kept apart from CATALOGUE above; tests/test_verdicts_round3.py runs ROUND3.
+
+
+def sdpa_dropout_on_output(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Applies dropout to the output (weights @ value) instead of the weights."""
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    weights = _safe_softmax(_masked(query @ key.transpose(-2, -1) * scale, mask))
+    return torch.nn.functional.dropout(weights @ value, p=dropout_p), weights
+
+
+def soft_argmax_unshifted_sum(scores, beta=1.0, dim=-1):
+    """Subtracts the max in the numerator but not in the sum: rows do not sum to 1."""
+    scaled = beta * scores
+    shifted = scaled - scaled.amax(dim=dim, keepdim=True)
+    return torch.exp(shifted) / torch.exp(scaled).sum(dim=dim, keepdim=True)
+
+
+ROUND3 = [
+    (
+        "scaled_dot_product_attention",
+        "dropout on the output",
+        sdpa_dropout_on_output,
+        "dropout is applied to the output",
+    ),
+    ("soft_argmax", "max subtracted in the numerator only", soft_argmax_unshifted_sum, None),
+]

@@ -340,3 +340,43 @@ CATALOGUE = [
         "do not call `F.scaled_dot_product_attention`",
     ),
 ]
+
+
+# ---------------------------------------------------------------- issue 24, round 3 (verdicts)
+# Kept apart from CATALOGUE above; tests/test_verdicts_round3.py runs ROUND3.
+
+
+class CausalDropoutOnMaskedScores(CausalBase):
+    """Dropout on the scores after the mask: a dropped -inf becomes -inf * 0 = NaN."""
+
+    def weights(self, scores):
+        scores = scores.masked_fill(self.hidden(scores.shape[-1], scores.device), float("-inf"))
+        scores = F.dropout(scores, p=self.dropout, training=self.training)
+        return scores.softmax(dim=-1)
+
+
+class CausalMaskInTrainingOnly(CausalBase):
+    """Applies the causal mask only when `self.training`: eval mode sees the future."""
+
+    def weights(self, scores):
+        if self.training:
+            hidden = self.hidden(scores.shape[-1], scores.device)
+            scores = scores.masked_fill(hidden, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        return F.dropout(weights, p=self.dropout, training=self.training)
+
+
+ROUND3 = [
+    (
+        "causal_self_attention",
+        "dropout on the masked scores",
+        CausalDropoutOnMaskedScores,
+        "dropout is applied to the scores after the mask",
+    ),
+    (
+        "causal_self_attention",
+        "mask in training mode only",
+        CausalMaskInTrainingOnly,
+        "in training mode only",
+    ),
+]

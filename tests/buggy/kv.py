@@ -196,3 +196,20 @@ CATALOGUE = [
     ("sliding_window_mask", "slots, not positions", sliding_window_modulo, "no modulo"),
     ("sliding_window_mask", "additive 0 / -inf", sliding_window_additive, "additive float mask"),
 ]
+
+
+# ---------------------------------------------------------------- issue 24, round 3 (verdicts)
+# Kept apart from CATALOGUE above; tests/test_verdicts_round3.py runs ROUND3.
+
+
+def window_mask_too_narrow(size, window, device=None):
+    """`i - j < window - 1`: each token sees only window - 1 tokens (at size 1, window 1
+    it sees nothing, which an inverted mask would give too)."""
+    i = torch.arange(size, device=device)[:, None]
+    j = torch.arange(size, device=device)[None, :]
+    return (i - j >= 0) & (i - j < window - 1)
+
+
+ROUND3 = [
+    ("sliding_window_mask", "one too narrow", window_mask_too_narrow, "one too narrow"),
+]

@@ -100,3 +100,31 @@ CATALOGUE = [
     ("padding_mask", "len(lengths) columns", padding_mask_batch_columns, "batch size len(lengths)"),
     ("causal_mask", "additive float mask", causal_mask_additive, "additive float mask"),
 ]
+
+
+# ---------------------------------------------------------------- issue 24, round 3 (verdicts)
+# Kept apart from CATALOGUE above; tests/test_verdicts_round3.py runs ROUND3.
+
+
+def causal_mask_greater(size, device=None):
+    """`i[None, :] > i[:, None]`: True strictly above the diagonal, the future (inverted)."""
+    i = torch.arange(size, device=device)
+    return i[None, :] > i[:, None]
+
+
+def padding_mask_arange_on_cpu(lengths, max_len=None):
+    """`torch.arange(max_len)` made on the CPU whatever the device of `lengths`."""
+    lengths = torch.as_tensor(lengths)
+    max_len = int(lengths.max()) if max_len is None else max_len
+    return torch.arange(max_len)[None, :] < lengths[:, None]
+
+
+ROUND3 = [
+    ("causal_mask", "i[None, :] > i[:, None]", causal_mask_greater, "the mask is inverted"),
+    (
+        "padding_mask",
+        "arange on the CPU",
+        padding_mask_arange_on_cpu,
+        "device=lengths.device",
+    ),
+]

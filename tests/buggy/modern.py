@@ -355,3 +355,31 @@ CATALOGUE = [
     ("swiglu", "biases never added", SwiGLUBiasesUnused, "equals the reference without its biases"),
     ("swiglu", "w3 is w1", SwiGLUSharedGateUp, "w1 and w3 act as the same layer"),
 ]
+
+
+# ---------------------------------------------------------------- issue 24, round 3 (verdicts)
+# Kept apart from CATALOGUE above; tests/test_verdicts_round3.py runs ROUND3.
+
+
+class RMSNormUpcastsToFloat32(_RMSNormBase):
+    """Hugging Face Llama's pattern, `x.to(torch.float32)` ... `.to(input_dtype)`: an upcast
+    for float16, but a float64 input is computed in float32 inside."""
+
+    def normalise(self, x):
+        h = x.to(torch.float32)
+        ms = h.pow(2).mean(dim=self.dims(), keepdim=True)
+        return (h * torch.rsqrt(ms + self.epsilon(x))).to(x.dtype)
+
+
+class SwiGLUGateInFloat32(_SwiGLUBase):
+    """Computes the gated product in float32 (`.float()` ... `.to(x.dtype)`)."""
+
+    def forward(self, x):
+        hidden = F.silu(self.w1(x).float()) * self.w3(x).float()
+        return self.w2(hidden.to(x.dtype))
+
+
+ROUND3 = [
+    ("rms_norm", "computed in float32 inside", RMSNormUpcastsToFloat32, "float32 inside"),
+    ("swiglu", "gate computed in float32", SwiGLUGateInFloat32, "float32 inside"),
+]

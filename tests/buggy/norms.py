@@ -301,3 +301,68 @@ CATALOGUE = [
     ("batch_norm", "(C,) statistics not reshaped", BatchNormNoReshape, "reshape the mean"),
     ("batch_norm", "plain tensor attributes", BatchNormPlainAttributes, "register_buffer"),
 ]
+
+
+# ---------------------------------------------------------------- issue 24, round 3 (verdicts)
+# Kept apart from CATALOGUE above; tests/test_verdicts_round3.py runs ROUND3.
+
+
+class BatchNormUpdatesOutsideNoGrad(_BatchNormBase):
+    """Updates the running statistics in place outside `torch.no_grad()`: with an input that
+    requires grad the buffers join the autograd graph (they get a grad_fn), so
+    copy.deepcopy(model) fails and a second backward through them fails."""
+
+    def update(self, mean, var, n):
+        m = self.momentum
+        self.running_mean.mul_(1 - m).add_(m * mean)
+        self.running_var.mul_(1 - m).add_(m * var * n / (n - 1))
+        self.num_batches_tracked += 1
+
+
+class BatchNormRebindsRunningStats(_BatchNormBase):
+    """Rebinds the running statistics, `self.running_mean = (1 - m) * self.running_mean +
+    m * mean`, outside `torch.no_grad()`: the new tensors carry a grad_fn."""
+
+    def update(self, mean, var, n):
+        m = self.momentum
+        self.running_mean = (1 - m) * self.running_mean + m * mean
+        self.running_var = (1 - m) * self.running_var + m * var * n / (n - 1)
+        self.num_batches_tracked += 1
+
+
+class LayerNormStatsUnderNoGrad(_LayerNormBase):
+    """Computes the mean and variance under `torch.no_grad()` ("statistics need no
+    gradient"): the output is right, but the gradient of x misses the terms that flow
+    through the mean and the variance."""
+
+    def normalise(self, x):
+        with torch.no_grad():
+            mean = x.mean(dim=self.dims(), keepdim=True)
+            var = x.var(dim=self.dims(), keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+
+class LayerNormForwardUnderNoGrad(_LayerNormBase):
+    """Runs the whole forward under `torch.no_grad()`: nothing can be trained."""
+
+    def forward(self, x):
+        with torch.no_grad():
+            return super().forward(x)
+
+
+ROUND3 = [
+    (
+        "batch_norm",
+        "running stats updated outside no_grad",
+        BatchNormUpdatesOutsideNoGrad,
+        "update them under torch.no_grad()",
+    ),
+    (
+        "batch_norm",
+        "running stats rebound outside no_grad",
+        BatchNormRebindsRunningStats,
+        "update them under torch.no_grad()",
+    ),
+    ("layer_norm", "statistics under no_grad", LayerNormStatsUnderNoGrad, "torch.no_grad()"),
+    ("layer_norm", "forward under no_grad", LayerNormForwardUnderNoGrad, "torch.no_grad()"),
+]

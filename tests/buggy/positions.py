@@ -262,3 +262,18 @@ CATALOGUE = [
     ("alibi_slopes", "sorted", slopes_sorted, "the slopes are sorted"),
     ("alibi_slopes", "negative", slopes_negative, "the slopes are negative"),
 ]
+
+
+# ---------------------------------------------------------------- issue 24, round 3 (verdicts)
+# Kept apart from CATALOGUE above; tests/test_verdicts_round3.py runs ROUND3.
+
+
+def rope_computed_in_float32(x, positions=None, base=10000.0):
+    """Computes everything in float32 inside, `x.float()` ... `.to(x.dtype)`: a float64
+    input comes back right to about 1e-7 only (the statement asks for the input's dtype)."""
+    return _rope(x.float(), positions, base, angle_dtype=torch.float32).to(x.dtype)
+
+
+ROUND3 = [
+    ("apply_rope", "computed in float32 inside", rope_computed_in_float32, "float32 inside"),
+]

@@ -187,6 +187,10 @@ EXEMPT: dict[tuple[str, str], str] = {
         "sliding-window attention is chapter 15's (tested in tests/test_kv.py); "
         "exercise 13 asks for (d_model, num_heads, bias, dropout) only"
     ),
+    ("causal_self_attention", "rope_fn"): (
+        "the rotation RoPE applies (chapter 14 passes the interleaved layout; tested in "
+        "tests/test_rope_fn.py); exercise 13 asks for (d_model, num_heads, bias, dropout) only"
+    ),
     ("causal_self_attention", "max_len"): (
         "a bound for the positions of chapter 14; unused by exercise 13's module"
     ),

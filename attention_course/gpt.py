@@ -44,6 +44,12 @@ def _check_choice(name: str, value: object, choices: tuple) -> None:
 def _check_rope_fn(rope_fn: object, pos: str | None) -> None:
     if rope_fn is None:
         return
+    if isinstance(rope_fn, str):  # the name GPT.config() stores for a custom rotation
+        raise ValueError(
+            f"rope_fn: got the name {rope_fn!r}, expected the function itself: a config (or a "
+            "checkpoint) stores only the name of a custom rotation, since a function is code, "
+            "not data; rebuild with GPT(**{**config, 'rope_fn': the_function})"
+        )
     if not callable(rope_fn):
         raise ValueError(f"rope_fn: got {rope_fn!r}, expected a function (x, positions) -> x")
     if pos != "rope":
@@ -76,7 +82,8 @@ class CausalSelfAttention(MultiHeadAttention):
     ``(B, Hkv, T, Dh)``) with ``positions (T,)``; None means
     :func:`~attention_course.apply_rope` (half-split). Chapter 14 passes another layout
     (interleaved) or a deliberately wrong rotation to see what it does to a trained
-    model, without patching the package (STYLE rule 13: pieces are given).
+    model, without patching the package: what varies between chapters is an argument
+    the module is given, never a package attribute a chapter reassigns.
 
     Chapter 15: ``num_kv_heads`` (grouped keys and values; 1 is multi-query attention):
     ``w_k`` and ``w_v`` map ``D -> Hkv * Dh`` and query head ``h`` uses key/value head
@@ -406,7 +413,17 @@ class GPT(nn.Module):
             self.head.weight = self.tok_emb.weight  # one Parameter, two uses
 
     def config(self) -> dict:
-        """The constructor's arguments: ``GPT(**model.config())`` builds the same model."""
+        """The constructor's arguments: ``GPT(**model.config())`` builds the same model.
+
+        Only plain values (numbers, strings, None), so that ``scripts/train_gpt.py`` can
+        store them in a checkpoint that ``torch.load(..., weights_only=True)`` reads. A
+        custom ``rope_fn`` is code, not data: the config holds its name only, and
+        ``GPT(**config)`` then raises a ValueError asking for the function itself
+        (``GPT(**{**config, "rope_fn": fn})``), instead of silently rotating another way.
+        """
+        rope_fn = self.rope_fn
+        if rope_fn is not None:
+            rope_fn = getattr(rope_fn, "__qualname__", None) or repr(rope_fn)
         return {
             "vocab_size": self.vocab_size,
             "d_model": self.d_model,
@@ -421,7 +438,7 @@ class GPT(nn.Module):
             "tie_weights": self.tie_weights,
             "num_kv_heads": self.num_kv_heads,
             "window": self.window,
-            "rope_fn": self.rope_fn,
+            "rope_fn": rope_fn,
         }
 
     @torch.no_grad()

@@ -69,7 +69,9 @@ def test_rope_fn_gets_the_heads_and_the_absolute_positions_with_a_cache():
     # per layer: queries (B, H, T, Dh), then keys (B, Hkv, T, Dh)
     assert seen[:2] == [((1, 4, 3, 8), [0, 1, 2]), ((1, 2, 3, 8), [0, 1, 2])]
     assert seen[-2:] == [((1, 4, 1, 8), [3]), ((1, 2, 1, 8), [3])]
-    assert GPT(**model.config()).rope_fn is spy
+    config = model.config()
+    assert isinstance(config["rope_fn"], str) and config["rope_fn"].endswith("spy")
+    assert GPT(**{**config, "rope_fn": spy}).rope_fn is spy
 
 
 @pytest.mark.parametrize("pos", ["learned", "alibi", "none"])
@@ -81,3 +83,31 @@ def test_rope_fn_without_rope_positions_is_refused(pos):
 def test_rope_fn_must_be_callable():
     with pytest.raises(ValueError, match="rope_fn"):
         CausalSelfAttention(32, 4, pos="rope", rope_fn="interleaved")
+
+
+def test_default_model_saves_and_loads_with_weights_only(tmp_path):
+    model = _model().eval()
+    path = tmp_path / "gpt.pt"
+    torch.save({"config": model.config(), "state_dict": model.state_dict()}, path)
+    data = torch.load(path, weights_only=True)
+    again = GPT(**data["config"])
+    again.load_state_dict(data["state_dict"])
+    ids = torch.randint(0, 20, (1, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert_close(again.eval()(ids), model(ids))
+
+
+def test_custom_rope_fn_is_stored_by_name_and_must_be_given_again(tmp_path):
+    model = _model(rope_fn=interleaved).eval()
+    config = model.config()
+    assert config["rope_fn"] == "interleaved"
+    path = tmp_path / "gpt.pt"  # a closure or a lambda would not even pickle: the name does
+    torch.save({"config": config, "state_dict": model.state_dict()}, path)
+    data = torch.load(path, weights_only=True)
+    with pytest.raises(ValueError, match="rope_fn: got the name 'interleaved'"):
+        GPT(**data["config"])
+    again = GPT(**{**data["config"], "rope_fn": interleaved})
+    again.load_state_dict(data["state_dict"])
+    ids = torch.randint(0, 20, (1, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert_close(again.eval()(ids), model(ids))

@@ -214,3 +214,24 @@ def test_rollout_checker_accepts_no_grad_and_numpy():
 
     assert check_attention_rollout(no_grad).passed
     assert check_attention_rollout(in_numpy).passed
+
+
+@pytest.mark.parametrize(
+    "check, impl, phrase",
+    [
+        (check_induction_scores, bug.induction_half_as_period, "T // 2 as the period"),
+        (check_induction_scores, bug.induction_skips_period_entries, "skips too many queries"),
+        (check_induction_scores, bug.induction_max_over_batch, "max over the batch"),
+        (check_induction_scores, bug.induction_first_sequence, "first sequence of the batch"),
+        (check_attention_rollout, bug.rollout_elementwise, "elementwise (`*`)"),
+        (check_attention_rollout, bug.rollout_head_zero, "head 0 only"),
+        (check_attention_rollout, bug.rollout_identity_first_layer_only, "first layer only"),
+        (check_attention_rollout, bug.rollout_no_renormalisation, "rows sum to 2, not 1"),
+    ],
+)
+def test_tasks_1_and_2_name_the_mistakes_s17_found_undiagnosed(check, impl, phrase):
+    """s17 scored these 1/2: a failing case with no diagnosis (or, for the missing
+    renormalisation, a description that did not fit renormalising before adding I)."""
+    report = check(impl)
+    named = [r.message for r in report.results if not r.passed and "Likely mistake" in r.message]
+    assert any(phrase in m for m in named), str(report)

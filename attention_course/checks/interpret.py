@@ -64,9 +64,34 @@ def _mistakes(attentions):
             rollout(identity=False),
         ),
         (
-            "your rollout adds the identity but does not renormalise the rows: divide "
-            "head mean + I by its row sums (each row then sums to 1, the paper's 0.5 W + 0.5 I)",
+            "your layer matrices' rows sum to 2, not 1: the identity is added after the last "
+            "renormalisation (or with none at all); divide head mean + I by its row sums, "
+            "after adding I (the paper's 0.5 W + 0.5 I)",
             rollout(renorm="none"),
+        ),
+        (
+            "your rollout multiplies the layers' matrices elementwise (`*`): combine them "
+            "with matrix products (`@`), R = A_L @ ... @ A_1",
+            lambda: torch.stack([_augment(w) for w in layers]).prod(dim=0),
+        ),
+        (
+            "your rollout uses head 0 only: every head counts the same, average them "
+            "(`w.mean(dim=1)`)",
+            lambda: (
+                _product([_augment(w[:, :1]) for w in layers])
+                if any(w.shape[1] > 1 for w in layers)
+                else None
+            ),
+        ),
+        (
+            "your rollout adds the identity (and renormalises) in the first layer only: the "
+            "residual connection is in every layer, so each layer's matrix is head mean + I, "
+            "rows renormalised",
+            lambda: (
+                _product([_augment(layers[0])] + [w.mean(dim=1) for w in layers[1:]])
+                if len(layers) > 1
+                else None
+            ),
         ),
         (
             "your rollout renormalises the columns, not the rows: divide by "
@@ -320,6 +345,41 @@ def _induction_mistakes(weights: torch.Tensor, period: int, candidate=None):
             lambda: diagonal_mean(1, 0) if period != 2 else None,
         ),
         (transposed_read, lambda: transposed() if period < T else None),
+        (
+            "your score uses T // 2 as the period: the sequences need not be two periods "
+            f"long (here T = {T}, period = {period}); use the `period` argument",
+            lambda: diagonal_mean(T // 2 - 1, 1) if T // 2 != period and T // 2 >= 1 else None,
+        ),
+        (
+            "your score counts only the queries from T // 2 on: every query whose token has "
+            "occurred before counts, i = period .. T - 1",
+            lambda: diagonal_mean(period - 1, T // 2 - period + 1) if T // 2 > period else None,
+        ),
+        (
+            "your score skips too many queries: the diagonal of offset -(period - 1) starts at "
+            "query i = period - 1, so only its first entry goes (`[..., 1:]`), not `period` "
+            "entries",
+            lambda: diagonal_mean(period - 1, period) if period > 1 and 2 * period <= T else None,
+        ),
+        (
+            "your score takes the max over the batch: average over the batch (dim 0) and the "
+            "query positions",
+            lambda: (
+                torch.diagonal(w, offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:]
+                .mean(dim=2)
+                .amax(dim=0)
+            ),
+        ),
+        (
+            "your score uses the first sequence of the batch only (`weights[0]`): average over "
+            "the whole batch (dim 0) too",
+            lambda: diagonal_mean(period - 1, 1, dims=(2,))[0] if w.shape[0] > 1 else None,
+        ),
+        (
+            "you averaged over the heads instead of the batch, shape (B,): keep one score per "
+            "head (dim 1) and average over the batch (dim 0) and the query positions",
+            lambda: diagonal_mean(period - 1, 1, dims=(1, 2)),
+        ),
     ]
 
 

@@ -115,7 +115,7 @@ CATALOGUE = [
         "attention_rollout",
         "no renormalisation",
         rollout_no_renormalisation,
-        "does not renormalise the rows",
+        "rows sum to 2, not 1",
     ),
     ("attention_rollout", "wrong order", rollout_wrong_order, "multiplies in the wrong order"),
     (
@@ -565,4 +565,70 @@ CATALOGUE += [
     ("ablation_effect", "both inside", ablation_both_inside, "your change is 0"),
     ("ablation_effect", "Dh by layers", ablation_dh_by_layers, "d_model // num_layers"),
     ("ablation_effect", "rows of w_q", ablation_query_rows, "rows of w_q"),
+]
+
+
+def induction_half_as_period(weights, period):
+    """Assumes T = 2 * period: uses T // 2 as the period."""
+    p = weights.shape[-1] // 2
+    return torch.diagonal(weights, offset=-(p - 1), dim1=-2, dim2=-1)[..., 1:].mean(dim=(0, 2))
+
+
+def induction_skips_period_entries(weights, period):
+    """Slices the diagonal with [period:] instead of [1:]."""
+    d = torch.diagonal(weights, offset=-(period - 1), dim1=-2, dim2=-1)
+    return d[..., period:].mean(dim=(0, 2))
+
+
+def induction_max_over_batch(weights, period):
+    """Takes the max over the batch instead of the mean."""
+    d = torch.diagonal(weights, offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:]
+    return d.mean(dim=2).amax(dim=0)
+
+
+def induction_first_sequence(weights, period):
+    """Scores the first sequence only."""
+    d = torch.diagonal(weights[0], offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:]
+    return d.mean(dim=-1)
+
+
+def rollout_elementwise(attentions):
+    """Multiplies the layer matrices elementwise."""
+    result = None
+    for w in attentions:
+        a = _layer(w)
+        result = a if result is None else a * result
+    return result
+
+
+def rollout_head_zero(attentions):
+    """Uses head 0 of every layer only."""
+    result = None
+    for w in attentions:
+        a = _layer(w[:, :1])
+        result = a if result is None else a @ result
+    return result
+
+
+def rollout_identity_first_layer_only(attentions):
+    """Adds the identity (and renormalises) in the first layer only."""
+    result = _layer(attentions[0])
+    for w in attentions[1:]:
+        result = w.mean(dim=1) @ result
+    return result
+
+
+CATALOGUE += [
+    ("induction_scores", "T // 2 as period", induction_half_as_period, "T // 2 as the period"),
+    ("induction_scores", "[period:]", induction_skips_period_entries, "skips too many"),
+    ("induction_scores", "max over batch", induction_max_over_batch, "max over the batch"),
+    ("induction_scores", "first sequence", induction_first_sequence, "first sequence"),
+    ("attention_rollout", "elementwise", rollout_elementwise, "elementwise"),
+    ("attention_rollout", "head 0", rollout_head_zero, "head 0 only"),
+    (
+        "attention_rollout",
+        "identity in layer 1 only",
+        rollout_identity_first_layer_only,
+        "in the first layer only",
+    ),
 ]

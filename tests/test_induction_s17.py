@@ -223,6 +223,7 @@ def test_rollout_checker_accepts_no_grad_and_numpy():
         (check_induction_scores, bug.induction_skips_period_entries, "skips too many queries"),
         (check_induction_scores, bug.induction_max_over_batch, "max over the batch"),
         (check_induction_scores, bug.induction_first_sequence, "first sequence of the batch"),
+        (check_induction_scores, bug.induction_mean_over_heads, "heads instead of the batch"),
         (check_attention_rollout, bug.rollout_elementwise, "elementwise (`*`)"),
         (check_attention_rollout, bug.rollout_head_zero, "head 0 only"),
         (check_attention_rollout, bug.rollout_identity_first_layer_only, "first layer only"),

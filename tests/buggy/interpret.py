@@ -632,3 +632,14 @@ CATALOGUE += [
         "in the first layer only",
     ),
 ]
+
+
+def induction_mean_over_heads(weights, period):
+    """Averages over the heads and positions instead of the batch: shape (B,)."""
+    d = torch.diagonal(weights, offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:]
+    return d.mean(dim=(1, 2))
+
+
+CATALOGUE += [
+    ("induction_scores", "mean over heads", induction_mean_over_heads, "instead of the batch"),
+]

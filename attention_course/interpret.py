@@ -148,6 +148,49 @@ def second_half_loss(model, ids: torch.Tensor, period: int) -> torch.Tensor:
     return F.cross_entropy(logits[:, period:-1].reshape(-1, V), ids[:, period + 1 :].reshape(-1))
 
 
+def _layer_head_pairs(heads, num_layers: int, num_heads: int) -> list[tuple[int, int]]:
+    """``heads`` checked: a list of ``(layer, head)`` pairs of ints within the model."""
+
+    def is_int(v) -> bool:
+        return (
+            isinstance(v, Integral)
+            and not isinstance(v, bool)
+            or (isinstance(v, torch.Tensor) and v.dim() == 0 and not v.dtype.is_floating_point)
+        )
+
+    try:
+        items = list(heads)
+    except TypeError:
+        items = None
+    if items is not None and len(items) == 2 and all(is_int(v) for v in items):
+        raise TypeError(
+            f"ablate_heads(model, heads): got the single pair {tuple(int(v) for v in items)}; "
+            "heads is a list of (layer, head) pairs: wrap it, `[(layer, head)]`"
+        )
+    pairs = []
+    for item in items if items is not None else [heads]:
+        try:
+            layer, head = item
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"ablate_heads(model, heads): got {heads!r}; heads is a list of (layer, head) "
+                "pairs of ints, e.g. `[(1, 0)]`"
+            ) from None
+        if not (is_int(layer) and is_int(head)):
+            raise TypeError(
+                f"ablate_heads(model, heads): the pair {item!r} is not two ints (layer, head)"
+            )
+        layer, head = int(layer), int(head)
+        if not (0 <= layer < num_layers and 0 <= head < num_heads):
+            raise ValueError(
+                f"ablate_heads(model, heads): no head (layer={layer}, head={head}); the model "
+                f"has {num_layers} layers of {num_heads} heads, both 0-based, and a pair is "
+                "(layer, head) in that order"
+            )
+        pairs.append((layer, head))
+    return pairs
+
+
 class ablate_heads:  # noqa: N801 - used as a context manager, like torch.no_grad
     """Zero the outputs of the heads ``[(layer, head), ...]`` of a :class:`GPT` inside a
     ``with`` block, and restore the weights on leaving it.
@@ -160,9 +203,10 @@ class ablate_heads:  # noqa: N801 - used as a context manager, like torch.no_gra
 
     def __init__(self, model, heads) -> None:
         d_head = model.d_model // model.num_heads
+        pairs = _layer_head_pairs(heads, model.num_layers, model.num_heads)
         self.parts = [
             (model.blocks[layer].attn.w_o.weight, slice(head * d_head, (head + 1) * d_head))
-            for layer, head in heads
+            for layer, head in pairs
         ]
 
     def __enter__(self):

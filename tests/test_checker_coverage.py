@@ -100,8 +100,17 @@ REQUIRED_MODES: dict[str, set[str]] = {
     "causal_self_attention": _GRAD
     | _TRAIN_EVAL_DROPOUT
     | {"causality", "T=1", "odd T", "H=1", "B>1"},
-    "attention_rollout": _GRAD
-    | {"L=1", "L>1", "H differs between layers", "causal", "B>1", "T=1", "dtype=float32"},
+    # No "grad": rollout is a measurement read off the weights (chapter 17 computes it
+    # under no_grad), and exercise 17 allows no_grad or numpy inside.
+    "attention_rollout": {
+        "L=1",
+        "L>1",
+        "H differs between layers",
+        "causal",
+        "B>1",
+        "T=1",
+        "dtype=float32",
+    },
     # chapter 15
     "repeat_kv": _GRAD
     | {"Hkv=1", "Hkv>1", "n_rep=1", "n_rep=1 x grad", "S=1", "B>1", "dtype=float32"},
@@ -146,7 +155,14 @@ REQUIRED_MODES: dict[str, set[str]] = {
         "dtype=float32",
         "period=1",
     },
-    "find_induction_head": {"trained", "permuted", "period", "best head not in the last layer"},
+    "find_induction_head": {
+        "trained",
+        "permuted",
+        "period",
+        "best head not in the last layer",
+        "best head not in the best-mean layer",
+        "H != 4",
+    },
     "ablation_effect": {"induction head", "previous-token head", "permuted", "negative change"},
 }
 

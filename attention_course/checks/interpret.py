@@ -11,8 +11,7 @@ import torch
 from attention_course import interpret as ref
 
 from ._compare import expect_close, sums_to_one_hint
-from ._data import leaf, randn
-from ._modules import expect_same_grads
+from ._data import randn
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 
 # ---------------------------------------------------------------- known mistakes
@@ -65,9 +64,34 @@ def _mistakes(attentions):
             rollout(identity=False),
         ),
         (
-            "your rollout adds the identity but does not renormalise the rows: divide "
-            "head mean + I by its row sums (each row then sums to 1, the paper's 0.5 W + 0.5 I)",
+            "your layer matrices' rows sum to 2, not 1: the identity is added after the last "
+            "renormalisation (or with none at all); divide head mean + I by its row sums, "
+            "after adding I (the paper's 0.5 W + 0.5 I)",
             rollout(renorm="none"),
+        ),
+        (
+            "your rollout multiplies the layers' matrices elementwise (`*`): combine them "
+            "with matrix products (`@`), R = A_L @ ... @ A_1",
+            lambda: torch.stack([_augment(w) for w in layers]).prod(dim=0),
+        ),
+        (
+            "your rollout uses head 0 only: every head counts the same, average them "
+            "(`w.mean(dim=1)`)",
+            lambda: (
+                _product([_augment(w[:, :1]) for w in layers])
+                if any(w.shape[1] > 1 for w in layers)
+                else None
+            ),
+        ),
+        (
+            "your rollout adds the identity (and renormalises) in the first layer only: the "
+            "residual connection is in every layer, so each layer's matrix is head mean + I, "
+            "rows renormalised",
+            lambda: (
+                _product([_augment(layers[0])] + [w.mean(dim=1) for w in layers[1:]])
+                if len(layers) > 1
+                else None
+            ),
         ),
         (
             "your rollout renormalises the columns, not the rows: divide by "
@@ -177,30 +201,6 @@ def _compare_case(candidate, make_attentions):
     return run
 
 
-def _grad_case(candidate):
-    # The gradients are compared with respect to the *scores* the weights come from
-    # (weights = softmax(scores)), as in a real model. With respect to the weights
-    # themselves, correct forms differ by a per-row constant (e.g. the paper's
-    # 0.5 W + 0.5 I vs renormalising W + I), which a softmax removes.
-    def run():
-        scores = [randn(1, 2, 4, 4, seed=31) * 1.5, randn(1, 3, 4, 4, seed=32) * 1.5]
-        mine, theirs = [leaf(s) for s in scores], [leaf(s) for s in scores]
-        attentions = [s.softmax(dim=-1) for s in mine]
-        expected = ref.attention_rollout([s.softmax(dim=-1) for s in theirs])
-        got = call_student(candidate, attentions, what=_describe(attentions))
-        expect_close(got, expected, "the rollout", mistakes=_mistakes(attentions))
-        expect_same_grads(
-            got,
-            expected,
-            {
-                f"the scores behind `attentions[{i}]`": (m, t)
-                for i, (m, t) in enumerate(zip(mine, theirs))
-            },
-        )
-
-    return run
-
-
 @checker("attention_rollout")
 def check_attention_rollout(candidate) -> list[Case]:
     """Check ``attention_rollout(attentions) -> (B, T, T)``: per layer the head mean plus
@@ -251,11 +251,6 @@ def check_attention_rollout(candidate) -> list[Case]:
             _compare_case(candidate, lambda: [torch.ones(2, 2, 1, 1, dtype=torch.float64)] * 2),
             weight=TRIVIAL,
             covers=frozenset({"T=1", "B>1"}),
-        ),
-        Case(
-            "gradients flow to every layer's weights",
-            _grad_case(candidate),
-            covers=frozenset({"grad", "L>1"}),
         ),
     ]
 
@@ -350,6 +345,41 @@ def _induction_mistakes(weights: torch.Tensor, period: int, candidate=None):
             lambda: diagonal_mean(1, 0) if period != 2 else None,
         ),
         (transposed_read, lambda: transposed() if period < T else None),
+        (
+            "your score uses T // 2 as the period: the sequences need not be two periods "
+            f"long (here T = {T}, period = {period}); use the `period` argument",
+            lambda: diagonal_mean(T // 2 - 1, 1) if T // 2 != period and T // 2 >= 1 else None,
+        ),
+        (
+            "your score counts only the queries from T // 2 on: every query whose token has "
+            "occurred before counts, i = period .. T - 1",
+            lambda: diagonal_mean(period - 1, T // 2 - period + 1) if T // 2 > period else None,
+        ),
+        (
+            "your score skips too many queries: the diagonal of offset -(period - 1) starts at "
+            "query i = period - 1, so only its first entry goes (`[..., 1:]`), not `period` "
+            "entries",
+            lambda: diagonal_mean(period - 1, period) if period > 1 and 2 * period <= T else None,
+        ),
+        (
+            "your score takes the max over the batch: average over the batch (dim 0) and the "
+            "query positions",
+            lambda: (
+                torch.diagonal(w, offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:]
+                .mean(dim=2)
+                .amax(dim=0)
+            ),
+        ),
+        (
+            "your score uses the first sequence of the batch only (`weights[0]`): average over "
+            "the whole batch (dim 0) too",
+            lambda: diagonal_mean(period - 1, 1, dims=(2,))[0] if w.shape[0] > 1 else None,
+        ),
+        (
+            "you averaged over the heads instead of the batch, shape (B,): keep one score per "
+            "head (dim 1) and average over the batch (dim 0) and the query positions",
+            lambda: diagonal_mean(period - 1, 1, dims=(1, 2)),
+        ),
     ]
 
 
@@ -366,13 +396,58 @@ def _induction_weights(kind: str, B: int, H: int, T: int, period: int, *, seed: 
     return _weights(B, H, T, seed=seed, causal=True, dtype=dtype)
 
 
+def _unambiguous(mistakes, expected: torch.Tensor):
+    """The known mistakes, with those that give the same values on this case merged into
+    one description that names them all: on a perfect induction head, for instance, the
+    reads of i - period and of i - period + 2 both give 0, and naming one of them would be
+    a guess. The first entry, the transposed-read probe, decides by itself when it fires."""
+    computed = []
+    for why, compute in mistakes:
+        try:
+            value = compute()
+        except Exception:  # noqa: BLE001 - a mistake that cannot be computed does not match
+            value = None
+        if isinstance(value, torch.Tensor):
+            value = value.detach()
+            same_as_right = value.shape == expected.shape and torch.allclose(
+                value.double(), expected.detach().double(), atol=1e-6, rtol=0
+            )
+            computed.append((why, None if same_as_right else value))
+        else:
+            computed.append((why, None))
+    if computed and computed[0][1] is not None:  # the probe found a transposed read
+        return [(computed[0][0], lambda v=computed[0][1]: v)]
+    result = []
+    for why, value in computed[1:]:
+        if value is None:
+            continue
+        twins = []
+        for other, v in computed[1:]:
+            if (
+                v is not None
+                and other != why
+                and other not in twins
+                and v.shape == value.shape
+                and torch.allclose(v.double(), value.double(), atol=1e-6, rtol=0)
+            ):
+                twins.append(other)
+        if twins:
+            clauses = "; or ".join(text.split(": ")[0] for text in [why, *twins])
+            why = (
+                "one of several mistakes that all give your values on this case (a later "
+                f"case tells them apart): {clauses}"
+            )
+        result.append((why, lambda v=value: v))
+    return result
+
+
 def _induction_case(candidate, kind, B, H, T, period, *, seed=0, dtype=torch.float64, value=None):
     def run():
         w = _induction_weights(kind, B, H, T, period, seed=seed, dtype=dtype)
         expected = ref.induction_scores(w.clone(), period)
         what = f"induction_scores(weights {tuple(w.shape)} {str(dtype)[6:]}, period={period})"
         got = call_student(candidate, w, period, what=what, arg_names=["weights"])
-        mistakes = _induction_mistakes(w, period, candidate)
+        mistakes = _unambiguous(_induction_mistakes(w, period, candidate), expected)
         expect_close(got, expected, f"the scores of {what}", mistakes=mistakes)
         if value is not None:  # the case's closed form, stated in the message
             return value(expected)
@@ -469,6 +544,74 @@ def _with_idle_layer(model, where: str):
     return grown.eval()
 
 
+def _best_head_elsewhere(model):
+    """The same function with an idle layer inserted between the two trained ones: its
+    heads are four copies of layer 1's second-best head at period 16 (its ``w_o`` is zero,
+    so it writes nothing and the logits are unchanged). It reads the residual stream that
+    layer 1 reads, so each copy's weights are that head's: the idle layer's mean score is
+    the second-best score, above layer 1's mean, while the best head stays in layer 1 (now
+    layer 2). A function that picks the layer with the best mean score first, then its best
+    head, answers (1, h) instead."""
+    from attention_course.gpt import GPT
+
+    ids = _eval_ids(_PERIOD)
+    scores = _scores(model, ids, _PERIOD, _PERIOD - 1)[1]
+    second = int(scores.argsort(descending=True)[1])
+    Dh = model.d_model // model.num_heads
+    rows = torch.cat([torch.arange(second * Dh, (second + 1) * Dh)] * model.num_heads)
+    old = model.state_dict()
+    state = {k: v for k, v in old.items() if not k.startswith("blocks.")}
+    for i, source in enumerate([0, "copy", 1]):
+        prefix = f"blocks.{1 if source == 'copy' else source}."
+        block = {k[len(prefix) :]: v.clone() for k, v in old.items() if k.startswith(prefix)}
+        if source == "copy":
+            for name in ("attn.w_q", "attn.w_k", "attn.w_v"):
+                block[f"{name}.weight"] = block[f"{name}.weight"][rows]
+                if f"{name}.bias" in block:
+                    block[f"{name}.bias"] = block[f"{name}.bias"][rows]
+            block["attn.w_o.weight"].zero_()
+        state.update({f"blocks.{i}.{k}": v for k, v in block.items()})
+    grown = GPT(**dict(ref.INDUCTION_CONFIG, num_layers=3))
+    grown.load_state_dict(state)
+    return grown.eval()
+
+
+def _twice_the_heads(model):
+    """The same function with 8 heads per layer instead of 4: the residual stream is
+    doubled, ``[x, x]`` (a LayerNorm of ``[x, x]`` is ``[LayerNorm(x), LayerNorm(x)]``),
+    and every head appears twice, head ``h`` and head ``h + 4`` (same ``Dh``, so the same
+    rotary positions and scaling). Each weight matrix becomes the 2 x 2 block matrix of
+    halves that maps ``[x, x]`` to ``[Wx, Wx]``; the output head takes the mean of the two
+    copies. The logits are those of the shipped model up to rounding, and a function that
+    unflattens the (L, H) argmax with a hard-coded 4 heads gives itself away."""
+    from attention_course.gpt import GPT
+
+    def both(v):  # a vector of the residual stream's width
+        return torch.cat([v, v])
+
+    def square(w):  # (D, D) acting on [x, x] and giving [Wx, Wx]
+        half = w / 2
+        return torch.cat([torch.cat([half, half], dim=1)] * 2, dim=0)
+
+    D = model.d_model
+    state = {}
+    for k, v in model.state_dict().items():
+        if k == "tok_emb.weight":
+            state[k] = torch.cat([v, v], dim=1)
+        elif k == "head.weight":
+            state[k] = torch.cat([v / 2, v / 2], dim=1)
+        elif v.dim() == 2 and v.shape == (D, D):
+            state[k] = square(v)
+        elif v.dim() == 1 and v.shape[0] == D:
+            state[k] = both(v)
+        else:
+            raise AssertionError(f"_twice_the_heads: unexpected weight {k} {tuple(v.shape)}")
+    config = dict(ref.INDUCTION_CONFIG, d_model=2 * D, num_heads=2 * model.num_heads)
+    wide = GPT(**config)
+    wide.load_state_dict(state)
+    return wide.eval()
+
+
 def _eval_ids(period: int, seed: int = 1234, n: int = 32) -> torch.Tensor:
     from attention_course.data.repeated import repeated_tokens
 
@@ -495,6 +638,10 @@ def _variant(name: str):
         _permute_heads(model, 0, [1, 0, 3, 2])
     if name in ("idle layer at the end", "idle layer at the start"):
         model = _with_idle_layer(model, name.rsplit(" ", 1)[1])
+    if name == "best head outside the best-mean layer":
+        model = _best_head_elsewhere(model)
+    if name == "8 heads":
+        model = _twice_the_heads(model)
     if name == "harmful":  # head (1, 0)'s output negated: it now hurts, removing it helps
         Dh = model.d_model // model.num_heads
         with torch.no_grad():
@@ -526,6 +673,12 @@ def _as_layer_head(got, what: str) -> tuple[int, int]:
         got = tuple(int(v) for v in got.reshape(-1).tolist())
     if isinstance(got, (tuple, list)):
         got = tuple(integer(v) for v in got)
+    if isinstance(got, (tuple, list)) and any(isinstance(v, bool) for v in got):
+        raise CaseFailed(
+            f"{what} returned {got!r}: expected a tuple (layer, head) of two ints, and "
+            "True/False are truth values, not indices (Python counts a bool as an int, the "
+            "check does not): return the indices themselves, e.g. `int(layer), int(head)`"
+        )
     if (
         not isinstance(got, (tuple, list))
         or len(got) != 2
@@ -575,9 +728,8 @@ def _find_case(candidate, variant: str, period: int):
         flat = int(induction.argmax())
         one_based = (expected[0] + 1, expected[1])
         by_layers = divmod(flat, L)  # the flat argmax unflattened with the number of layers
-        lowest = (
-            0 <= got[0] < L and 0 <= got[1] < H and bool(induction[got] <= induction.min() + 1e-6)
-        )
+        in_range = 0 <= got[0] < L and 0 <= got[1] < H
+        lowest = in_range and bool(induction[got] <= induction.min() + 1e-6)
         if got == one_based and got == by_layers:
             raise CaseFailed(
                 f"{message}: layer {got[0]} does not exist (the model has {L} layers, "
@@ -589,6 +741,23 @@ def _find_case(candidate, variant: str, period: int):
             raise CaseFailed(
                 f"{message}.\nLikely mistake: the answer is (layer, head), in that order; or "
                 "you took the argmin (that head has the *lowest* induction score)"
+            )
+        if got == (expected[0] + 1, expected[1] + 1):
+            raise CaseFailed(
+                f"{message}.\nLikely mistake: layers and heads counted from 1; both are "
+                "0-based (`model.blocks[layer]`, head 0 is the first)"
+            )
+        if flat >= H and got[1] == flat and got[0] in (0, expected[0]):
+            raise CaseFailed(
+                f"{message}: head {got[1]} does not exist (the model has {H} heads per "
+                f"layer).\nLikely mistake: {flat} is the flat index of the best score in the "
+                "(L, H) table, not a head: `divmod(index, num_heads)` gives (layer, head)"
+            )
+        if H != 4 and got == divmod(flat, 4):
+            raise CaseFailed(
+                f"{message}: this model has {H} heads per layer.\nLikely mistake: the flat "
+                "argmax unflattened with a hard-coded 4 heads: use the number of heads of "
+                "the model you are given (`model.num_heads` or the scores' `shape[1]`)"
             )
         T = ids.shape[1]
         wrong_period = [
@@ -602,6 +771,14 @@ def _find_case(candidate, variant: str, period: int):
                     f"{message}.\nLikely mistake: your answer is the one for period {p}: score "
                     "with the `period` argument, not a fixed value"
                 )
+        best_mean = int(induction.mean(dim=1).argmax())
+        if best_mean != expected[0] and got == (best_mean, int(induction[best_mean].argmax())):
+            raise CaseFailed(
+                f"{message}: layer {best_mean} has the highest mean score, but the best single "
+                f"head is in layer {expected[0]}.\nLikely mistake: you chose the layer with "
+                "the best mean score, then its best head: take the argmax over every "
+                "(layer, head) score at once"
+            )
         named = [
             (
                 divmod(int(previous.argmax()), H),
@@ -614,6 +791,11 @@ def _find_case(candidate, variant: str, period: int):
                 "head attends to the token *after* the previous occurrence, i - period + 1",
             ),
             (one_based, "layers are 0-based: model.blocks[layer]"),
+            (
+                divmod(int(_scores(model, ids[:1], period, period - 1).argmax()), H),
+                "you scored the first sequence only (`weights[0]`, `ids[0]` or a "
+                "`[0]` index on the batch): average each head's score over the whole batch",
+            ),
             (
                 by_layers,
                 "you unflattened the argmax of the (L, H) scores with the number of layers; "
@@ -628,7 +810,15 @@ def _find_case(candidate, variant: str, period: int):
         for answer, why in named:
             if got == answer:
                 raise CaseFailed(f"{message}.\nLikely mistake: {why}")
-        if 0 <= got[0] < L and got[0] != expected[0] and 0 <= got[1] < H:
+        for k in range(2, L):  # the first k layers only, e.g. a hard-coded range(2)
+            if expected[0] >= k and got == divmod(int(induction[:k].argmax()), H):
+                raise CaseFailed(
+                    f"{message}: this model has {L} layers, and its best head is in layer "
+                    f"{expected[0]}.\nLikely mistake: you scanned only layers 0 .. {k - 1} "
+                    f"(a fixed `range({k})`?): score every layer of `weights` (len(weights) "
+                    "or model.num_layers) and take the argmax over all of them"
+                )
+        if in_range and got[0] != expected[0]:
             within = induction[got[0]]  # the best head of one layer only
             if bool(within[got[1]] >= within.max() - 1e-6):
                 which = "the last layer (`weights[-1]`)" if got[0] == L - 1 else f"layer {got[0]}"
@@ -638,13 +828,14 @@ def _find_case(candidate, variant: str, period: int):
                     "heads of every layer (one (H,) row per layer of `weights`, stacked "
                     "to (L, H)) and take the argmax over all of them"
                 )
-        if variant == "permuted":
+        if not in_range:
+            raise CaseFailed(f"{message}: the model has {L} layers of {H} heads (0-based)")
+        if variant == "permuted" and got == ref.find_induction_head(_trained(), ids, period):
             raise CaseFailed(
-                f"{message}: the heads of this model are renumbered.\nLikely mistake: an "
-                "answer fixed in advance; compute the scores from the model and the ids"
+                f"{message}: the heads of this model are renumbered, and {got} is the answer "
+                "for the model before renumbering.\nLikely mistake: an answer fixed in "
+                "advance; compute the scores from the model and the ids"
             )
-        if not (0 <= got[0] < L and 0 <= got[1] < H):
-            raise CaseFailed(f"{message}: the model has {L} layers of {H} heads")
         raise CaseFailed(f"{message}.\nHint: score every head with induction_scores and argmax")
 
     return run
@@ -694,6 +885,18 @@ def check_find_induction_head(candidate) -> list[Case]:
             _find_case(candidate, "idle layer at the start", _PERIOD),
             covers=frozenset({"best head not in layer 1"}),
         ),
+        Case(
+            "the same model with an idle middle layer of four copies of layer 1's "
+            "second-best head: the layer with the best mean score does not hold the best head",
+            _find_case(candidate, "best head outside the best-mean layer", _PERIOD),
+            covers=frozenset({"best head not in the best-mean layer"}),
+        ),
+        Case(
+            "the same model with 8 heads per layer (twice as wide, every head duplicated: "
+            "the same function)",
+            _find_case(candidate, "8 heads", _PERIOD),
+            covers=frozenset({"H != 4"}),
+        ),
     ]
 
 
@@ -726,6 +929,27 @@ def _ablation_mistakes(model, ids, period, layer, head):
         w_o.data[head * Dh : (head + 1) * Dh] = 0.0  # rows: output features, not the head
         rows_after = ref.second_half_loss(model, ids, period).item()
         w_o.data[head * Dh : (head + 1) * Dh] = saved
+        w_q = model.blocks[layer].attn.w_q.weight
+        saved = w_q.data[head * Dh : (head + 1) * Dh].clone()
+        w_q.data[head * Dh : (head + 1) * Dh] = 0.0  # the head's queries: it attends uniformly
+        queries_after = ref.second_half_loss(model, ids, period).item()
+        w_q.data[head * Dh : (head + 1) * Dh] = saved
+        wrong_dh = model.d_model // model.num_layers  # Dh from the number of layers
+        saved = w_o.data[:, head * wrong_dh : (head + 1) * wrong_dh].clone()
+        w_o.data[:, head * wrong_dh : (head + 1) * wrong_dh] = 0.0
+        wrong_dh_after = ref.second_half_loss(model, ids, period).item()
+        w_o.data[:, head * wrong_dh : (head + 1) * wrong_dh] = saved
+        first = ids[:1]
+        first_before = ref.second_half_loss(model, first, period).item()
+        with ref.ablate_heads(model, [(layer, head)]):
+            first_after = ref.second_half_loss(model, first, period).item()
+    L, H = model.num_layers, model.num_heads
+
+    def effect(l: int, h: int):
+        if (l, h) == (layer, head) or not (0 <= l < L and 0 <= h < H):
+            return None
+        return ref.ablation_effect(model, ids, period, l, h)
+
     return [
         (
             "the change here is negative (this head's output is negated, so it hurts and "
@@ -776,7 +1000,77 @@ def _ablation_mistakes(model, ids, period, layer, head):
             f"{layer - 1}: layers are 0-based (model.blocks[layer])",
             ref.ablation_effect(model, ids, period, layer - 1, head) if layer >= 1 else None,
         ),
+        (
+            f"your value is the effect of ablating head {head + 1} of layer {layer}: heads "
+            "are 0-based, head `head` is read by columns head*Dh .. (head+1)*Dh of w_o",
+            effect(layer, head + 1),
+        ),
+        (
+            f"your value is the effect of ablating layer {head}, head {layer}: (layer, head) "
+            "are swapped; `model.blocks[layer]` and `ablate_heads(model, [(layer, head)])`",
+            effect(head, layer),
+        ),
+        (
+            f"your value is the effect of ablating head {head} of the last layer ({L - 1}): "
+            "use the `layer` argument, `model.blocks[layer]`",
+            effect(L - 1, head),
+        ),
+        (
+            "you zeroed the head's rows of w_q (its queries, so it attends uniformly), not its "
+            "output: zero the columns head*Dh .. (head+1)*Dh of `attn.w_o.weight`",
+            queries_after - before,
+        ),
+        (
+            f"you zeroed columns of width d_model // num_layers = {wrong_dh}: a head's width "
+            f"is Dh = d_model // num_heads = {Dh}",
+            wrong_dh_after - before if wrong_dh != Dh and head * wrong_dh < Dh * H else None,
+        ),
+        (
+            "you measured on the first sequence only (`ids[0]` or `ids[:1]`): use the whole "
+            "batch `ids`",
+            first_after - first_before,
+        ),
+        (
+            "your change is 0: both losses were taken with the head in the same state (for "
+            "example both inside the `with ablate_heads(...)` block, or the columns zeroed "
+            "after the second measurement); measure the intact loss outside the block and the "
+            "ablated loss inside it; or the columns you zeroed lie beyond w_o's width "
+            "(a head's width is Dh = d_model // num_heads)",
+            0.0,
+        ),
     ]
+
+
+def _as_real_number(got, what: str) -> float:
+    """``got`` as a float if it is one real number: a Python int or float, a numpy scalar
+    (or 0-d array) or a 0-d tensor of a real dtype. Anything else (a string, a bool, a
+    list, a one-element tensor of shape (1,), ...) fails with the type expected."""
+    if isinstance(got, torch.Tensor):
+        ok = got.dim() == 0 and not _non_real(got.dtype)
+        if ok:
+            return float(got.item())
+        shape = tuple(got.shape)
+        kind = f"a tensor of shape {shape} ({str(got.dtype)[6:]})"
+    elif type(got).__module__ == "numpy" and hasattr(got, "dtype"):
+        ok = getattr(got, "ndim", 0) == 0 and got.dtype.kind in "iuf"
+        if ok:
+            return float(got.item())
+        kind = f"a numpy {type(got).__name__} of shape {getattr(got, 'shape', ())}"
+    elif isinstance(got, (int, float)) and not isinstance(got, bool):
+        return float(got)
+    else:
+        kind = f"a {type(got).__name__}"
+    shown = repr(got)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    raise CaseFailed(
+        f"{what} returned {kind}, {shown}: expected one real number, a float (nats): return "
+        "a Python float, e.g. `.item()` of a 0-d tensor (not a string, a list, a bool or a "
+        "one-element tensor of shape (1,))"
+    )
+
+
+def _non_real(dtype) -> bool:
+    return dtype == torch.bool or dtype.is_complex
 
 
 def _ablation_case(candidate, variant: str, which: str):
@@ -794,10 +1088,7 @@ def _ablation_case(candidate, variant: str, which: str):
         what = f"ablation_effect(model, ids, period={_PERIOD}, layer={layer}, head={head})"
         got = call_student(candidate, model, ids, _PERIOD, layer, head, what=what)
         _expect_unchanged(model, before, what)
-        try:
-            value = float(got.item() if isinstance(got, torch.Tensor) else got)
-        except (TypeError, ValueError, RuntimeError):
-            raise CaseFailed(f"{what} returned {got!r}: expected a number (nats)") from None
+        value = _as_real_number(got, what)
         if abs(value - expected) <= 1e-3 + 1e-3 * abs(expected):
             return None
         message = f"{what} returned {value:.4f}, expected {expected:.4f} nats"
@@ -805,6 +1096,12 @@ def _ablation_case(candidate, variant: str, which: str):
         for why, wrong in _ablation_mistakes(model, ids, _PERIOD, layer, head):
             if wrong is not None and abs(value - wrong) <= 1e-3 + 1e-3 * abs(wrong):
                 raise CaseFailed(f"{message}.\nLikely mistake: {why}")
+        for digits in (0, 1, 2):
+            if abs(value - round(expected, digits)) < 1e-9:
+                raise CaseFailed(
+                    f"{message}.\nLikely mistake: your value is rounded to {digits} "
+                    "decimal(s): return the difference unrounded (round only when printing)"
+                )
         raise CaseFailed(
             f"{message}.\nHint: zero w_o.weight[:, head*Dh:(head+1)*Dh] of that layer, take "
             "second_half_loss, restore the weights, subtract the intact loss"

@@ -115,7 +115,7 @@ CATALOGUE = [
         "attention_rollout",
         "no renormalisation",
         rollout_no_renormalisation,
-        "does not renormalise the rows",
+        "rows sum to 2, not 1",
     ),
     ("attention_rollout", "wrong order", rollout_wrong_order, "multiplies in the wrong order"),
     (
@@ -388,4 +388,258 @@ def find_layer_one_only(model, ids, period):
 CATALOGUE += [
     ("find_induction_head", "last layer only", find_last_layer_only, "you scanned only the last"),
     ("find_induction_head", "layer 1 only", find_layer_one_only, "you scanned only layer 1"),
+]
+
+
+# ---- exercise 17, student report s17: wrong return types, logic errors, generic hints ----
+
+
+def induction_plus_two(weights, period):
+    """Reads w[i, i - period + 2], one position too far (0 on a perfect induction head, as
+    the read of i - period is)."""
+    d = torch.diagonal(weights, offset=-(period - 2), dim1=-2, dim2=-1)
+    return d[..., 2:].mean(dim=(0, 2))
+
+
+def _find_scores(model, ids, period):
+    with torch.no_grad():
+        _, weights = model(ids, return_attention=True)
+    return torch.stack(
+        [
+            torch.diagonal(w, offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:].mean(dim=(0, 2))
+            for w in weights
+        ]
+    )
+
+
+def find_best_mean_layer(model, ids, period):
+    """Picks the layer with the best mean induction score, then that layer's best head."""
+    scores = _find_scores(model, ids, period)
+    layer = int(scores.mean(dim=1).argmax())
+    return layer, int(scores[layer].argmax())
+
+
+def find_four_heads(model, ids, period):
+    """Unflattens the argmax with a hard-coded 4 heads per layer."""
+    return divmod(int(_find_scores(model, ids, period).argmax()), 4)
+
+
+def find_fully_one_based(model, ids, period):
+    """Counts both layers and heads from 1."""
+    layer, head = divmod(int(_find_scores(model, ids, period).argmax()), model.num_heads)
+    return layer + 1, head + 1
+
+
+def find_flat_index_as_head(model, ids, period):
+    """Returns the flat index of the (L, H) argmax as the head of layer 0."""
+    return 0, int(_find_scores(model, ids, period).argmax())
+
+
+def find_first_two_layers(model, ids, period):
+    """Scans a fixed range(2) of layers (right on the two-layer model)."""
+    scores = _find_scores(model, ids, period)[:2]
+    return divmod(int(scores.argmax()), scores.shape[1])
+
+
+def find_bools(model, ids, period):
+    """Returns (layer == 1, head == 0): truth values instead of indices."""
+    layer, head = divmod(int(_find_scores(model, ids, period).argmax()), model.num_heads)
+    return layer == 1, head == 0
+
+
+def find_first_sequence(model, ids, period):
+    """Scores the first sequence of the batch only."""
+    return divmod(int(_find_scores(model, ids[:1], period).argmax()), model.num_heads)
+
+
+@torch.no_grad()
+def _effect(model, ids, period, pairs):
+    from attention_course.interpret import ablate_heads, second_half_loss
+
+    before = second_half_loss(model, ids, period).item()
+    with ablate_heads(model, pairs):
+        after = second_half_loss(model, ids, period).item()
+    return after - before
+
+
+def ablation_as_string(model, ids, period, layer, head):
+    """Returns the difference as text, str(x)."""
+    return str(_effect(model, ids, period, [(layer, head)]))
+
+
+def ablation_shape_one_tensor(model, ids, period, layer, head):
+    """Returns a tensor of shape (1,) instead of a number."""
+    return torch.tensor([_effect(model, ids, period, [(layer, head)])])
+
+
+def ablation_one_element_list(model, ids, period, layer, head):
+    """Returns [x]."""
+    return [_effect(model, ids, period, [(layer, head)])]
+
+
+def ablation_next_head(model, ids, period, layer, head):
+    """Ablates head + 1 (thinks heads are 1-based in the columns)."""
+    return _effect(model, ids, period, [(layer, head + 1)])
+
+
+def ablation_swapped(model, ids, period, layer, head):
+    """Gives ablate_heads (head, layer)."""
+    return _effect(model, ids, period, [(head, layer)])
+
+
+def ablation_single_pair(model, ids, period, layer, head):
+    """Gives ablate_heads a single pair, not a list of pairs."""
+    return _effect(model, ids, period, (layer, head))
+
+
+def ablation_last_layer(model, ids, period, layer, head):
+    """Always ablates the head in the last layer."""
+    return _effect(model, ids, period, [(model.num_layers - 1, head)])
+
+
+def ablation_first_sequence(model, ids, period, layer, head):
+    """Measures on the first sequence only."""
+    return _effect(model, ids[:1], period, [(layer, head)])
+
+
+def ablation_rounded(model, ids, period, layer, head):
+    """Rounds the change to 2 decimals."""
+    return round(_effect(model, ids, period, [(layer, head)]), 2)
+
+
+@torch.no_grad()
+def ablation_both_inside(model, ids, period, layer, head):
+    """Takes both losses inside the `with` block: 0."""
+    from attention_course.interpret import ablate_heads, second_half_loss
+
+    with ablate_heads(model, [(layer, head)]):
+        before = second_half_loss(model, ids, period).item()
+        after = second_half_loss(model, ids, period).item()
+    return after - before
+
+
+def _zeroed(model, ids, period, weight, index):
+    from attention_course.interpret import second_half_loss
+
+    with torch.no_grad():
+        before = second_half_loss(model, ids, period).item()
+        saved = weight.data.clone()
+        weight.data[index] = 0.0
+        after = second_half_loss(model, ids, period).item()
+        weight.data.copy_(saved)
+    return after - before
+
+
+def ablation_dh_by_layers(model, ids, period, layer, head):
+    """Takes Dh = d_model // num_layers."""
+    Dh = model.d_model // model.num_layers
+    w = model.blocks[layer].attn.w_o.weight
+    return _zeroed(model, ids, period, w, (slice(None), slice(head * Dh, (head + 1) * Dh)))
+
+
+def ablation_query_rows(model, ids, period, layer, head):
+    """Zeroes the head's rows of w_q (its queries) instead of its output."""
+    Dh = model.d_model // model.num_heads
+    w = model.blocks[layer].attn.w_q.weight
+    return _zeroed(model, ids, period, w, slice(head * Dh, (head + 1) * Dh))
+
+
+CATALOGUE += [
+    ("induction_scores", "i - period + 2", induction_plus_two, "i - period + 2"),
+    ("find_induction_head", "best-mean layer", find_best_mean_layer, "the best mean score"),
+    ("find_induction_head", "4 heads hard-coded", find_four_heads, "hard-coded 4 heads"),
+    ("find_induction_head", "1-based", find_fully_one_based, "layers and heads counted from 1"),
+    ("find_induction_head", "flat index", find_flat_index_as_head, "flat index"),
+    ("find_induction_head", "range(2)", find_first_two_layers, "scanned only layers 0 .. 1"),
+    ("find_induction_head", "bools", find_bools, "truth values"),
+    ("find_induction_head", "first sequence", find_first_sequence, "first sequence only"),
+    ("ablation_effect", "str", ablation_as_string, "expected one real number"),
+    ("ablation_effect", "shape (1,)", ablation_shape_one_tensor, "expected one real number"),
+    ("ablation_effect", "[x]", ablation_one_element_list, "expected one real number"),
+    ("ablation_effect", "head + 1", ablation_next_head, "heads are 0-based"),
+    ("ablation_effect", "(head, layer)", ablation_swapped, "(layer, head)"),
+    ("ablation_effect", "single pair", ablation_single_pair, "wrap it, `[(layer, head)]`"),
+    ("ablation_effect", "last layer", ablation_last_layer, "of the last layer"),
+    ("ablation_effect", "first sequence", ablation_first_sequence, "first sequence only"),
+    ("ablation_effect", "rounded", ablation_rounded, "rounded to 2 decimal"),
+    ("ablation_effect", "both inside", ablation_both_inside, "your change is 0"),
+    ("ablation_effect", "Dh by layers", ablation_dh_by_layers, "d_model // num_layers"),
+    ("ablation_effect", "rows of w_q", ablation_query_rows, "rows of w_q"),
+]
+
+
+def induction_half_as_period(weights, period):
+    """Assumes T = 2 * period: uses T // 2 as the period."""
+    p = weights.shape[-1] // 2
+    return torch.diagonal(weights, offset=-(p - 1), dim1=-2, dim2=-1)[..., 1:].mean(dim=(0, 2))
+
+
+def induction_skips_period_entries(weights, period):
+    """Slices the diagonal with [period:] instead of [1:]."""
+    d = torch.diagonal(weights, offset=-(period - 1), dim1=-2, dim2=-1)
+    return d[..., period:].mean(dim=(0, 2))
+
+
+def induction_max_over_batch(weights, period):
+    """Takes the max over the batch instead of the mean."""
+    d = torch.diagonal(weights, offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:]
+    return d.mean(dim=2).amax(dim=0)
+
+
+def induction_first_sequence(weights, period):
+    """Scores the first sequence only."""
+    d = torch.diagonal(weights[0], offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:]
+    return d.mean(dim=-1)
+
+
+def rollout_elementwise(attentions):
+    """Multiplies the layer matrices elementwise."""
+    result = None
+    for w in attentions:
+        a = _layer(w)
+        result = a if result is None else a * result
+    return result
+
+
+def rollout_head_zero(attentions):
+    """Uses head 0 of every layer only."""
+    result = None
+    for w in attentions:
+        a = _layer(w[:, :1])
+        result = a if result is None else a @ result
+    return result
+
+
+def rollout_identity_first_layer_only(attentions):
+    """Adds the identity (and renormalises) in the first layer only."""
+    result = _layer(attentions[0])
+    for w in attentions[1:]:
+        result = w.mean(dim=1) @ result
+    return result
+
+
+CATALOGUE += [
+    ("induction_scores", "T // 2 as period", induction_half_as_period, "T // 2 as the period"),
+    ("induction_scores", "[period:]", induction_skips_period_entries, "skips too many"),
+    ("induction_scores", "max over batch", induction_max_over_batch, "max over the batch"),
+    ("induction_scores", "first sequence", induction_first_sequence, "first sequence"),
+    ("attention_rollout", "elementwise", rollout_elementwise, "elementwise"),
+    ("attention_rollout", "head 0", rollout_head_zero, "head 0 only"),
+    (
+        "attention_rollout",
+        "identity in layer 1 only",
+        rollout_identity_first_layer_only,
+        "in the first layer only",
+    ),
+]
+
+
+def induction_mean_over_heads(weights, period):
+    """Averages over the heads and positions instead of the batch: shape (B,)."""
+    d = torch.diagonal(weights, offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:]
+    return d.mean(dim=(1, 2))
+
+
+CATALOGUE += [
+    ("induction_scores", "mean over heads", induction_mean_over_heads, "instead of the batch"),
 ]

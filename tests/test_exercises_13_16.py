@@ -287,8 +287,33 @@ def test_generate_that_feeds_the_last_token_fails_the_one_token_case():
     max_new_tokens = 1 only the prompt's pass is needed (the case's title)."""
     report = check_generate(generation.generate_feeds_the_last_token)
     one = next(r for r in report.results if r.name.startswith("max_new_tokens = 1"))
-    assert not one.passed and "2 calls for 1 new token(s)" in one.message, one.message
+    assert not one.passed and "position 5, the last new token's" in one.message, one.message
     assert all(not r.passed for r in report.results[:6])
+
+
+def test_generate_that_feeds_the_prompt_in_two_calls_passes():
+    """Hugging Face's order (the prompt but its last token, then one token per call from
+    the prompt's last) feeds T0 + N - 1 positions, as the quiz counts: accepted."""
+
+    def split_prompt(model, prompt, max_new_tokens, temperature=1.0, generator=None):
+        cache, out = model.new_cache(), prompt
+        if max_new_tokens == 0:
+            return prompt
+        T0 = prompt.shape[1]
+        if T0 > 1:
+            model(prompt[:, :-1], torch.arange(T0 - 1), cache)
+        cur = prompt[:, -1:]
+        for _ in range(max_new_tokens):
+            last = model(cur, torch.tensor([cache.length]), cache)[:, -1]
+            if temperature == 0:
+                cur = last.argmax(-1, keepdim=True)
+            else:
+                probs = torch.softmax(last / temperature, -1)
+                cur = torch.multinomial(probs, 1, generator=generator)
+            out = torch.cat([out, cur], 1)
+        return out
+
+    assert check_generate(split_prompt).passed
 
 
 @pytest.mark.parametrize(

@@ -72,8 +72,8 @@ GEN_NOT_GREEDY = (
 )
 GEN_LAST_FED = (
     "the last new token is never fed to the model: nothing uses its logits, so feeding it "
-    "wastes a forward pass; generating N tokens takes N calls (the prompt's, then N - 1 "
-    "single tokens), so stop after appending the last one"
+    "wastes a forward pass; generating N tokens feeds T0 + N - 1 positions (the prompt, "
+    "then each new token but the last), so stop after appending the last one"
 )
 GEN_TWO_CACHES = (
     "more than one cache was made: the prompt went into one cache and a later token into a "
@@ -324,10 +324,12 @@ def _log_problem(calls: list, T0: int, max_new_tokens: int, num_calls: int) -> s
     serials = {serial for serial, *_ in calls}
     if len(serials) > 1 and max_new_tokens > 1:
         return GEN_TWO_CACHES
-    if num_calls > max_new_tokens:
+    final = T0 + max_new_tokens - 1  # the last new token's position
+    if any(last >= final for *_, last in calls):
+        fed = sum(T for _, _, T, _, _ in calls)
         return (
-            f"{GEN_LAST_FED} ({num_calls} calls for {max_new_tokens} new token(s); "
-            f"{max_new_tokens} are needed)"
+            f"{GEN_LAST_FED} (position {final}, the last new token's, was fed: {fed} positions "
+            f"in {num_calls} calls, where {T0} + {max_new_tokens - 1} are needed)"
         )
     return None
 

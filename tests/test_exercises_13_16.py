@@ -174,6 +174,9 @@ def test_reworked_quizzes_accept_numpy_and_torch_numbers(question):
         ("13.cache_positions", (150, 6225), "last new token"),
         ("13.cache_positions", (149, 5000), "the prompt only"),
         ("13.cache_positions", (149, 7500), "whole final"),
+        ("13.cache_positions", (6225, 149), "swapped"),
+        ("13.cache_positions", (150, 11325), "not 1 + 2 + ..."),
+        ("13.cache_positions", (149, 6224), "exactly 6225"),
         (
             "14.alibi_weight_ratios",
             tuple(math.exp(8 * 2 ** (-2 * (h + 1))) for h in range(4)),
@@ -403,3 +406,24 @@ def test_mistral_cache_bytes_one_position_too_many_is_not_called_float32():
     first = next(r for r in report.results if not r.passed)
     assert "float32" not in first.message, first.message
     assert "one position too many" in first.message, first.message
+
+
+def test_uniform_loss_expects_nats_per_token():
+    report = check_quiz("13.uniform_loss", lambda: "10.82")
+    assert "nats per token" in report.results[0].message, report.results[0].message
+
+
+def test_generate_with_argmax_without_keepdim_is_told_to_keep_the_axis():
+    def no_keepdim(model, prompt, max_new_tokens, temperature=1.0, generator=None):
+        cache, out = model.new_cache(), prompt
+        logits = model(prompt, torch.arange(prompt.shape[1]), cache)
+        for step in range(max_new_tokens):
+            nxt = logits[:, -1].argmax(-1)
+            out = torch.cat([out, nxt], dim=1)
+            if step + 1 < max_new_tokens:
+                logits = model(nxt[:, None], torch.tensor([out.shape[1] - 1]), cache)
+        return out
+
+    report = check_generate(no_keepdim)
+    first = next(r for r in report.results if not r.passed)
+    assert "keepdim=True" in first.message, first.message

@@ -337,6 +337,12 @@ def _log_problem(calls: list, T0: int, max_new_tokens: int, num_calls: int) -> s
 def _error_hint(text: str) -> str | None:
     if "probability tensor" in text or "division by zero" in text:
         return GEN_NOT_GREEDY + " (dividing by a temperature of 0 gives inf or NaN)"
+    if "same number of dimensions" in text:
+        return (
+            "the new token must be (B, 1) to join the sequence with `torch.cat(..., dim=1)` "
+            "and to be fed to the model: `argmax(-1, keepdim=True)` keeps that axis "
+            "(`torch.multinomial(probs, 1)` already returns (B, 1))"
+        )
     return None
 
 

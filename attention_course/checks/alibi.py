@@ -74,6 +74,16 @@ ALIBI_DIAGONAL = (
     "the query's own key is masked: a query sees the keys at or before its position "
     "(mask only keys j > i + S - T; its own key gets bias 0)"
 )
+ALIBI_FIRST_QUERIES_MASK = (
+    "the bias is right but the causal mask hides keys j > i, as if the queries sat at "
+    "positions 0 .. T - 1 (`triu(1)` of a (T, S) matrix, or the mask built before the "
+    "offset): with S > T query i is at position i + S - T and sees every key j <= i + S - T "
+    "(`torch.ones(T, S).triu(S - T + 1)` marks the future keys)"
+)
+ALIBI_NAN = (
+    "future keys hold NaN: fill them with `float('-inf')`; a NaN in the scores makes the "
+    "whole softmax row NaN"
+)
 ALIBI_LARGE_FINITE = (
     "future keys hold a large finite number (such as -1e9) instead of -inf: fill them with "
     "`float('-inf')`, or with the dtype's most negative number, `torch.finfo(dtype).min`, "
@@ -124,6 +134,8 @@ def _mistakes(slopes: torch.Tensor, T: int, S: int):
         (ALIBI_OFF_BY_ONE, lambda: masked(-s * (d - 1), future)),
         (ALIBI_OFF_BY_ONE, lambda: masked(-s * (d - 1).clamp(min=0), future)),
         (ALIBI_DIAGONAL, lambda: masked(-s * d, d <= 0)),
+        (ALIBI_FIRST_QUERIES_MASK, lambda: masked(-s * d, first < 0)),
+        (ALIBI_NAN, lambda: (-s * d).masked_fill(future, float("nan")).to(dtype)),
     ]
     if slopes.shape[0] == T:  # (T, H, S) has the expected shape only when H == T
         out.append((ALIBI_HEAD_AXIS, lambda: masked(-s * d, future).transpose(0, 1)))

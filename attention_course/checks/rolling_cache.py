@@ -66,6 +66,11 @@ ROLL_REPEATED_INDEX = (
     "the last, a GPU need not); write only the chunk's last W positions, or one position at "
     "a time"
 )
+ROLL_CACHED_PLUS_NEW = (
+    "you returned the keys cached before the call followed by the whole chunk (what a "
+    "cache hands to the attention of that chunk); this function returns what the buffer "
+    "holds after the write: at most W positions, oldest first"
+)
 ROLL_IGNORES_START = (
     "the slot ignores `start`: position p = start + t (t the index in the chunk) goes to "
     "slot p % W, not t % W"
@@ -159,6 +164,12 @@ def _simulate(W: int, calls: list, variant: str | None = None) -> list[tuple]:
         for p in positions:
             t = p - start
             row = {"same_row": 0, "row_modulo": p % new.shape[2]}.get(variant, t)
+            if variant == "roll":  # a FIFO from the start: roll left, write the last slot
+                buffer = torch.roll(buffer, -1, dims=2)
+                slots = torch.roll(slots, -1)
+                buffer[:, :, -1] = new[:, :, row]
+                slots[-1] = p
+                continue
             if variant == "shift" and p >= W:  # drop the oldest, append at the end
                 buffer = torch.cat([buffer[:, :, 1:], new[:, :, p - start, None]], dim=2)
                 slots = torch.cat([slots[1:], torch.tensor([p])])
@@ -219,6 +230,7 @@ VARIANTS = {
     "newest": ROLL_NEWEST,
     "earlier_wins": ROLL_EARLIER_WINS,
     "shift": ROLL_SHIFT,
+    "roll": ROLL_SHIFT,
     "slot_order": ROLL_SLOT_ORDER,
     "empty_slots": ROLL_EMPTY_SLOTS,
     "no_positions": ROLL_NO_POSITIONS,
@@ -295,6 +307,15 @@ def _sequence_case(candidate, W: int, chunks: list[int], B=1, H=2, Dh=3, dtype=t
                 continue
             if bool((kept_positions < 0).any()):
                 raise CaseFailed(f"{what}: wrong state\nLikely mistake: {ROLL_EMPTY_SLOTS}.")
+            fresh = torch.arange(start, start + new.shape[2])
+            if kept_positions.numel() > want[1].numel() and torch.equal(
+                kept_positions[-fresh.numel() :], fresh
+            ):
+                raise CaseFailed(
+                    f"{what}: returned {kept_positions.numel()} positions, "
+                    f"{fmt_values(kept_positions)}; the buffer holds {want[1].numel()}, "
+                    f"{fmt_values(want[1])}\nLikely mistake: {ROLL_CACHED_PLUS_NEW}."
+                )
             for name, states in variants.items():
                 if isinstance(kept, torch.Tensor) and _same_state(state, states[step]):
                     raise CaseFailed(f"{what}: wrong state\nLikely mistake: {VARIANTS[name]}.")

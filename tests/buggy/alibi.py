@@ -103,6 +103,19 @@ def alibi_bias_diagonal_masked(slopes, T, S=None):
     return (-slopes[:, None, None] * d.to(slopes.dtype)).masked_fill(d <= 0, float("-inf"))
 
 
+def alibi_bias_mask_without_offset(slopes, T, S=None):
+    """The right bias, but the mask ``triu(1)`` of (T, S): keys j > i hidden, not j > i + S - T."""
+    d, S = _distance(T, S)
+    bias = -slopes[:, None, None] * d.to(slopes.dtype)
+    return bias.masked_fill(torch.ones(T, S, dtype=torch.bool).triu(1), float("-inf"))
+
+
+def alibi_bias_nan_future(slopes, T, S=None):
+    """NaN on future keys instead of -inf."""
+    d, _ = _distance(T, S)
+    return (-slopes[:, None, None] * d.to(slopes.dtype)).masked_fill(d < 0, float("nan"))
+
+
 CATALOGUE = [
     ("alibi_bias", "rewards distance", alibi_bias_rewards_distance, "rewards distance"),
     ("alibi_bias", "transposed", alibi_bias_transposed, "transposed"),
@@ -117,4 +130,6 @@ CATALOGUE = [
     ("alibi_bias", "-1e9 for -inf", alibi_bias_minus_1e9, "large finite number"),
     ("alibi_bias", "distance + 1", alibi_bias_off_by_one, "off by one"),
     ("alibi_bias", "diagonal masked", alibi_bias_diagonal_masked, "own key is masked"),
+    ("alibi_bias", "mask triu(1) with S > T", alibi_bias_mask_without_offset, "causal mask hides"),
+    ("alibi_bias", "NaN on future keys", alibi_bias_nan_future, "future keys hold NaN"),
 ]

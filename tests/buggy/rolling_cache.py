@@ -133,6 +133,29 @@ def rolling_update_last_only(buffer, slot_positions, new, start):
     return _read(buffer, slot_positions)
 
 
+def rolling_update_fifo_roll(buffer, slot_positions, new, start):
+    """A FIFO from the first call: roll everything left, write the last slot."""
+    for t in range(new.shape[2]):
+        buffer.copy_(torch.roll(buffer, -1, dims=2))
+        buffer[:, :, -1] = new[:, :, t]
+        slot_positions.copy_(torch.roll(slot_positions, -1))
+        slot_positions[-1] = start + t
+    return _read(buffer, slot_positions)
+
+
+def rolling_update_cached_plus_new(buffer, slot_positions, new, start):
+    """Returns the last W - 1 cached keys followed by the whole chunk (keys for attention),
+    not what the buffer holds."""
+    W = buffer.shape[2]
+    old_k, old_p = _read(buffer, slot_positions)
+    keep = W - 1
+    old_k = old_k[:, :, max(0, old_k.shape[2] - keep) :].clone() if keep else old_k[:, :, :0]
+    old_p = old_p[max(0, old_p.shape[0] - keep) :].clone() if keep else old_p[:0]
+    reference_rolling_update(buffer, slot_positions, new, start)
+    positions = torch.arange(start, start + new.shape[2])
+    return torch.cat([old_k, new], dim=2), torch.cat([old_p, positions])
+
+
 CATALOGUE = [
     ("rolling_update", "slot p, no modulo", rolling_update_no_modulo, "slot p % W"),
     ("rolling_update", "overwrites the newest", rolling_update_overwrites_newest, "newest slot"),
@@ -147,4 +170,11 @@ CATALOGUE = [
     ("rolling_update", "new at p % Tn", rolling_update_row_p_mod_tn, "index p % Tn"),
     ("rolling_update", "heads flipped", rolling_update_heads_flipped, "heads are in the wrong"),
     ("rolling_update", "last position only", rolling_update_last_only, "only the chunk's last"),
+    ("rolling_update", "FIFO roll from the start", rolling_update_fifo_roll, "your buffer shifts"),
+    (
+        "rolling_update",
+        "cached + new returned",
+        rolling_update_cached_plus_new,
+        "cached before the call followed by the whole chunk",
+    ),
 ]

@@ -174,6 +174,9 @@ def test_reworked_quizzes_accept_numpy_and_torch_numbers(question):
         ("13.cache_positions", (150, 6225), "last new token"),
         ("13.cache_positions", (149, 5000), "the prompt only"),
         ("13.cache_positions", (149, 7500), "whole final"),
+        ("13.cache_positions", (6225, 149), "swapped"),
+        ("13.cache_positions", (150, 11325), "not 1 + 2 + ..."),
+        ("13.cache_positions", (149, 6224), "exactly 6225"),
         (
             "14.alibi_weight_ratios",
             tuple(math.exp(8 * 2 ** (-2 * (h + 1))) for h in range(4)),
@@ -277,3 +280,150 @@ def test_generate_that_divides_by_a_zero_temperature_is_told_to_take_the_argmax(
     report = check_generate(divides)
     first = next(r for r in report.results if not r.passed)
     assert "greedy decoding" in first.message, first.message
+
+
+# ---------------------------------------------------------------- student s1316's findings
+
+
+def test_generate_that_feeds_the_last_token_fails_the_one_token_case():
+    """13.cache_positions says the last new token is never fed; the check agrees: with
+    max_new_tokens = 1 only the prompt's pass is needed (the case's title)."""
+    report = check_generate(generation.generate_feeds_the_last_token)
+    one = next(r for r in report.results if r.name.startswith("max_new_tokens = 1"))
+    assert not one.passed and "position 5, the last new token's" in one.message, one.message
+    assert all(not r.passed for r in report.results[:6])
+
+
+def test_generate_that_feeds_the_prompt_in_two_calls_passes():
+    """Hugging Face's order (the prompt but its last token, then one token per call from
+    the prompt's last) feeds T0 + N - 1 positions, as the quiz counts: accepted."""
+
+    def split_prompt(model, prompt, max_new_tokens, temperature=1.0, generator=None):
+        cache, out = model.new_cache(), prompt
+        if max_new_tokens == 0:
+            return prompt
+        T0 = prompt.shape[1]
+        if T0 > 1:
+            model(prompt[:, :-1], torch.arange(T0 - 1), cache)
+        cur = prompt[:, -1:]
+        for _ in range(max_new_tokens):
+            last = model(cur, torch.tensor([cache.length]), cache)[:, -1]
+            if temperature == 0:
+                cur = last.argmax(-1, keepdim=True)
+            else:
+                probs = torch.softmax(last / temperature, -1)
+                cur = torch.multinomial(probs, 1, generator=generator)
+            out = torch.cat([out, cur], 1)
+        return out
+
+    assert check_generate(split_prompt).passed
+
+
+@pytest.mark.parametrize(
+    "impl",
+    [
+        generation.generate_first_position,
+        generation.generate_stale_logits,
+        generation.generate_feeds_previous_token,
+        generation.generate_max_over_time,
+        generation.generate_two_caches,
+    ],
+)
+def test_generate_does_not_blame_sampling_or_positions_for_greedy_slips(impl):
+    """Greedy slips that never sample got "temperature 0 means greedy ... do not sample";
+    two caches got "the prompt sits at positions 0 .. T0 - 1"."""
+    report = check_generate(impl)
+    first = next(r for r in report.results if not r.passed)
+    assert "do not sample" not in first.message, first.message
+    assert "the prompt sits at positions" not in first.message, first.message
+
+
+def test_alibi_bias_locates_the_error_on_a_finite_cell():
+    """A mismatch is located where the values differ, not on a masked cell where both are
+    -inf (student s1316: "largest error inf at [0, 0, 1]", two identical rows)."""
+
+    def one_third(slopes, T, S=None):
+        return alibi.reference_alibi_bias(slopes / 3, T, S)
+
+    report = check_alibi_bias(one_third)
+    first = next(r for r in report.results if not r.passed)
+    assert "largest error inf" not in first.message, first.message
+    assert "[0, 0, 1]" not in first.message and "[0, 4, 0]" in first.message, first.message
+
+
+def test_alibi_bias_with_minus_1e9_is_not_called_float32():
+    report = check_alibi_bias(alibi.alibi_bias_minus_1e9)
+    first = next(r for r in report.results if not r.passed)
+    assert "float32" not in first.message and "-inf" in first.message, first.message
+
+
+def test_rolling_update_with_wrong_contents_written_in_place_is_not_told_in_place():
+    """Wrong slot contents that *were* written in place got "write into `buffer` in
+    place"; the hint now goes only to a buffer left unchanged."""
+
+    def other_row(buffer, slot_positions, new, start):
+        out = rolling_cache.rolling_update_first_row(buffer, slot_positions, new, start)
+        buffer[:, :, :, 0] += 1.0  # also disturbs the contents: no known variant matches
+        return out
+
+    report = check_rolling_update(other_row)
+    first = next(r for r in report.results if not r.passed)
+    assert "in place" not in first.message, first.message
+    assert "new[:, :, p - start]" in first.message, first.message
+
+
+def test_rolling_update_refuses_a_repeated_index_even_though_the_cpu_result_is_right():
+    """buffer[:, :, pos % W] = new with Tn > W: on the CPU the last write wins and the
+    state is right, but PyTorch leaves repeated indices undefined; the chunks of at most W
+    positions pass."""
+    report = check_rolling_update(rolling_cache.rolling_update_repeated_index)
+    by_name = {r.name: r for r in report.results}
+    assert not by_name["W = 4: a prompt of 6 positions, longer than the window"].passed
+    assert by_name["W = 4: a prompt of 3, then 5 tokens one at a time (wraps around)"].passed
+
+
+def test_rolling_update_writing_the_last_w_at_once_passes():
+    """One indexed write of the chunk's last W positions repeats no slot: accepted."""
+
+    def last_w(buffer, slot_positions, new, start):
+        W, Tn = buffer.shape[2], new.shape[2]
+        keep = min(W, Tn)
+        pos = torch.arange(start + Tn - keep, start + Tn)
+        buffer[:, :, pos % W] = new[:, :, Tn - keep :]
+        slot_positions.index_copy_(0, pos % W, pos)
+        filled = (slot_positions >= 0).nonzero().flatten()
+        order = filled[slot_positions[filled].argsort()]
+        return buffer[:, :, order], slot_positions[order]
+
+    assert check_rolling_update(last_w).passed
+
+
+def test_mistral_cache_bytes_one_position_too_many_is_not_called_float32():
+    from attention_course.checks.quiz_computed import mistral_cache_bytes_reference as right
+
+    per_token = right(1)
+    report = check_quiz("15.mistral_cache_bytes", lambda t: per_token * min(t + 1, 4096))
+    first = next(r for r in report.results if not r.passed)
+    assert "float32" not in first.message, first.message
+    assert "one position too many" in first.message, first.message
+
+
+def test_uniform_loss_expects_nats_per_token():
+    report = check_quiz("13.uniform_loss", lambda: "10.82")
+    assert "nats per token" in report.results[0].message, report.results[0].message
+
+
+def test_generate_with_argmax_without_keepdim_is_told_to_keep_the_axis():
+    def no_keepdim(model, prompt, max_new_tokens, temperature=1.0, generator=None):
+        cache, out = model.new_cache(), prompt
+        logits = model(prompt, torch.arange(prompt.shape[1]), cache)
+        for step in range(max_new_tokens):
+            nxt = logits[:, -1].argmax(-1)
+            out = torch.cat([out, nxt], dim=1)
+            if step + 1 < max_new_tokens:
+                logits = model(nxt[:, None], torch.tensor([out.shape[1] - 1]), cache)
+        return out
+
+    report = check_generate(no_keepdim)
+    first = next(r for r in report.results if not r.passed)
+    assert "keepdim=True" in first.message, first.message

@@ -251,6 +251,7 @@ def expect_close(
 
     if not torch.allclose(got_values, expected, atol=atol, rtol=rtol, equal_nan=True):
         diff = (got_values - expected).abs().nan_to_num(nan=float("inf"))
+        diff = diff.masked_fill(got_values == expected, 0)  # equal infinities are no error
         flat_index = int(diff.reshape(-1).argmax())
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_index), diff.shape))
         message = (

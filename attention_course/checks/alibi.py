@@ -21,7 +21,7 @@ import torch
 
 from attention_course import positions as ref
 
-from ._compare import expect_close, fmt_shape
+from ._compare import _fmt_number, expect_close, fmt_shape
 from ._runner import Case, CaseFailed, call_student, checker
 
 # ---------------------------------------------------------------- known mistakes
@@ -47,6 +47,47 @@ ALIBI_HEAD_AXIS = (
     "the slopes are broadcast on the wrong axis: head h must use slope h on every (query, "
     "key) entry, bias[h] = -slopes[h] * distance; put the head axis first, "
     "`slopes[:, None, None]` times a (T, S) distance"
+)
+
+ALIBI_HALF = (
+    "your penalties are half the reference's: the bias is -slope * distance, the slope "
+    "itself (no factor 1/2)"
+)
+ALIBI_RECIPROCAL = (
+    "you divided the distance by the slope: the bias is -slope * distance (a small slope "
+    "means a gentle penalty, a head that looks far back)"
+)
+ALIBI_LOG = (
+    "your penalty grows with the logarithm of the distance: ALiBi's penalty is linear, "
+    "-slope * distance"
+)
+ALIBI_KEY_POSITION = (
+    "your bias is slope * j (the key's position): it differs from -slope * (i - j) by "
+    "slope * i, a constant along each row, which the softmax ignores (BLOOM's code uses that "
+    "trick); the task asks for the bias itself, -slope * (how far back the key is)"
+)
+ALIBI_OFF_BY_ONE = (
+    "the distance is off by one: the key at the query's own position is at distance 0 "
+    "(bias 0), the key before it at distance 1"
+)
+ALIBI_DIAGONAL = (
+    "the query's own key is masked: a query sees the keys at or before its position "
+    "(mask only keys j > i + S - T; its own key gets bias 0)"
+)
+ALIBI_FIRST_QUERIES_MASK = (
+    "the bias is right but the causal mask hides keys j > i, as if the queries sat at "
+    "positions 0 .. T - 1 (`triu(1)` of a (T, S) matrix, or the mask built before the "
+    "offset): with S > T query i is at position i + S - T and sees every key j <= i + S - T "
+    "(`torch.ones(T, S).triu(S - T + 1)` marks the future keys)"
+)
+ALIBI_NAN = (
+    "future keys hold NaN: fill them with `float('-inf')`; a NaN in the scores makes the "
+    "whole softmax row NaN"
+)
+ALIBI_LARGE_FINITE = (
+    "future keys hold a large finite number (such as -1e9) instead of -inf: fill them with "
+    "`float('-inf')`, or with the dtype's most negative number, `torch.finfo(dtype).min`, "
+    "as the statement says"
 )
 
 
@@ -84,6 +125,17 @@ def _mistakes(slopes: torch.Tensor, T: int, S: int):
         (ALIBI_NOT_CAUSAL, lambda: (-s * d.clamp(min=0)).to(dtype)),
         (ALIBI_NOT_CAUSAL, lambda: (-s * d).to(dtype)),
         (ALIBI_FIRST_QUERIES, lambda: masked(-s * first, first < 0)),
+        (ALIBI_HALF, lambda: masked(-0.5 * s * d, future)),
+        (ALIBI_RECIPROCAL, lambda: masked(-d / s, future)),
+        (ALIBI_LOG, lambda: masked(-s * torch.log1p(d.clamp(min=0)), future)),
+        (ALIBI_LOG, lambda: masked(-s * torch.log(d.clamp(min=1)), future)),
+        (ALIBI_KEY_POSITION, lambda: masked(s * torch.arange(S).to(d.dtype), future)),
+        (ALIBI_OFF_BY_ONE, lambda: masked(-s * (d + 1), future)),
+        (ALIBI_OFF_BY_ONE, lambda: masked(-s * (d - 1), future)),
+        (ALIBI_OFF_BY_ONE, lambda: masked(-s * (d - 1).clamp(min=0), future)),
+        (ALIBI_DIAGONAL, lambda: masked(-s * d, d <= 0)),
+        (ALIBI_FIRST_QUERIES_MASK, lambda: masked(-s * d, first < 0)),
+        (ALIBI_NAN, lambda: (-s * d).masked_fill(future, float("nan")).to(dtype)),
     ]
     if slopes.shape[0] == T:  # (T, H, S) has the expected shape only when H == T
         out.append((ALIBI_HEAD_AXIS, lambda: masked(-s * d, future).transpose(0, 1)))
@@ -127,6 +179,13 @@ def _bias_case(candidate, H: int, T: int, S: int | None, dtype=torch.float64):
             low = torch.finfo(got.dtype).min if got.is_floating_point() else None
             if low is not None:
                 got = got.masked_fill(got <= low / 2, float("-inf"))
+                future = torch.isinf(expected)
+                held = got.detach().cpu().to(torch.float64)[future]
+                if len(held) and bool(torch.isfinite(held).all() & (held <= -1e4).all()):
+                    raise CaseFailed(
+                        f"the bias of {what}: future keys hold {_fmt_number(float(held[0]))}, "
+                        f"not -inf\nLikely mistake: {ALIBI_LARGE_FINITE}."
+                    )
         expect_close(
             got,
             expected,

@@ -70,6 +70,77 @@ GEN_ARGMAX = (
 GEN_NOT_GREEDY = (
     "temperature 0 means greedy decoding: take the argmax of the last logits, do not sample"
 )
+GEN_LAST_FED = (
+    "the last new token is never fed to the model: nothing uses its logits, so feeding it "
+    "wastes a forward pass; generating N tokens feeds T0 + N - 1 positions (the prompt, "
+    "then each new token but the last), so stop after appending the last one"
+)
+GEN_TWO_CACHES = (
+    "more than one cache was made: the prompt went into one cache and a later token into a "
+    "new, empty one, which holds none of the prompt's keys; one cache from "
+    "`model.new_cache()` serves the whole generation"
+)
+# known mistakes the tokens show: (name, message, applies at temperature 0, applies when sampling)
+GEN_MISTAKES = (
+    (
+        "first position",
+        "you took the logits of the first position (`logits[:, 0]`): the next token is "
+        "predicted by the last position, `logits[:, -1]`",
+        True,
+        True,
+    ),
+    (
+        "stale logits",
+        "every step used the prompt's logits: the logits the model returns for the new "
+        "token were not kept (`logits = model(nxt, ...)`)",
+        True,
+        True,
+    ),
+    (
+        "previous token",
+        "each call fed the token before the new one (the cache got the sequence one step "
+        "late): append the new token, then feed that new token, (B, 1), at the next position",
+        True,
+        True,
+    ),
+    (
+        "max over time",
+        "you took a maximum over the time axis (`logits.max(dim=1)`) before the argmax: "
+        "the next token is the argmax over the vocabulary of the last position, "
+        "`logits[:, -1].argmax(-1, keepdim=True)`",
+        True,
+        False,
+    ),
+    (
+        "temperature multiplies",
+        "your samples are those of temperature 1 / T: the logits were multiplied by the "
+        "temperature (or the probabilities raised to the power T); divide the logits by T, "
+        "`softmax(logits[:, -1] / temperature, dim=-1)`",
+        False,
+        True,
+    ),
+    (
+        "softmax over time",
+        "the softmax ran over the time axis (dim=1), not over the vocabulary: take the "
+        "softmax of the last position's logits over dim=-1",
+        False,
+        True,
+    ),
+    (
+        "two draws",
+        "the generator was drawn from twice per step (two `torch.multinomial` calls): "
+        "sample once per step, so the seeded draws are the reference's",
+        False,
+        True,
+    ),
+    (
+        "one draw for the batch",
+        "one sample served the whole batch: `torch.multinomial(probs, 1, "
+        "generator=generator)` on probs (B, V) draws one token per sequence",
+        False,
+        True,
+    ),
+)
 
 
 class StepCache:
@@ -183,7 +254,7 @@ def reference_generate(
     model, prompt, max_new_tokens, temperature=1.0, generator=None, *, mistake: str | None = None
 ):
     """Generation done right with a :class:`StepDecoder` (or with one known ``mistake``:
-    ``"temperature after softmax"``, ``"argmax"``)."""
+    ``"temperature after softmax"``, ``"argmax"`` or a name of :data:`GEN_MISTAKES`)."""
     cache = model.new_cache()
     out = prompt
     if max_new_tokens == 0:
@@ -191,29 +262,50 @@ def reference_generate(
     with torch.no_grad():
         logits = model(prompt, torch.arange(prompt.shape[1]), cache)
         for step in range(max_new_tokens):
-            last = logits[:, -1, :]  # (B, V)
+            last = logits[:, 0 if mistake == "first position" else -1, :]  # (B, V)
+            if mistake == "max over time":
+                last = logits.max(dim=1).values
             if temperature == 0 or mistake == "argmax":
                 nxt = last.argmax(dim=-1, keepdim=True)  # (B, 1)
             else:
                 if mistake == "temperature after softmax":
                     probs = torch.softmax(last, dim=-1) / temperature
+                elif mistake == "temperature multiplies":
+                    probs = torch.softmax(last * temperature, dim=-1)
+                elif mistake == "softmax over time":
+                    probs = torch.softmax(logits / temperature, dim=1)[:, -1]
                 else:
                     probs = torch.softmax(last / temperature, dim=-1)
-                nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+                if mistake == "two draws":
+                    torch.multinomial(probs, 1, generator=generator)
+                if mistake == "one draw for the batch":
+                    nxt = torch.multinomial(probs[:1], 1, generator=generator)
+                    nxt = nxt.expand(probs.shape[0], 1)
+                else:
+                    nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
             out = torch.cat([out, nxt], dim=1)
             if step + 1 < max_new_tokens:
-                logits = model(nxt, torch.tensor([out.shape[1] - 1]), cache)
+                fed = out[:, -2:-1] if mistake == "previous token" else nxt
+                new_logits = model(fed, torch.tensor([out.shape[1] - 1]), cache)
+                if mistake != "stale logits":
+                    logits = new_logits
     return out
 
 
-def _log_problem(calls: list, T0: int, max_new_tokens: int) -> str | None:
-    """The mistake the decoder's log shows, if any."""
+def _log_problem(calls: list, T0: int, max_new_tokens: int, num_calls: int) -> str | None:
+    """The mistake the decoder's log shows, if any (``num_calls``: all calls, logged or
+    not)."""
     if not calls:
         return "the model was never called: call `model(ids, positions, cache)`"
     if max_new_tokens > 1 and all(length == 0 for _, length, *_ in calls):
         return GEN_NO_CACHE
-    for _serial, length, T, first, last in calls:
+    for i, (serial, length, T, first, last) in enumerate(calls):
         if length == 0:
+            if i > 0 and serial != calls[0][0] and first != 0:
+                return (
+                    f"{GEN_TWO_CACHES} (call {i + 1} fed {T} token(s) at position {first} into "
+                    "an empty cache)"
+                )
             if first != 0 or last != T - 1:
                 return (
                     f"the first call fed {T} token(s) at positions {first} .. {last}: the prompt "
@@ -231,13 +323,26 @@ def _log_problem(calls: list, T0: int, max_new_tokens: int) -> str | None:
             )
     serials = {serial for serial, *_ in calls}
     if len(serials) > 1 and max_new_tokens > 1:
-        return "more than one cache was made: one cache serves the whole generation"
+        return GEN_TWO_CACHES
+    final = T0 + max_new_tokens - 1  # the last new token's position
+    if any(last >= final for *_, last in calls):
+        fed = sum(T for _, _, T, _, _ in calls)
+        return (
+            f"{GEN_LAST_FED} (position {final}, the last new token's, was fed: {fed} positions "
+            f"in {num_calls} calls, where {T0} + {max_new_tokens - 1} are needed)"
+        )
     return None
 
 
 def _error_hint(text: str) -> str | None:
     if "probability tensor" in text or "division by zero" in text:
         return GEN_NOT_GREEDY + " (dividing by a temperature of 0 gives inf or NaN)"
+    if "same number of dimensions" in text:
+        return (
+            "the new token must be (B, 1) to join the sequence with `torch.cat(..., dim=1)` "
+            "and to be fed to the model: `argmax(-1, keepdim=True)` keeps that axis "
+            "(`torch.multinomial(probs, 1)` already returns (B, 1))"
+        )
     return None
 
 
@@ -261,7 +366,8 @@ def _generate_case(candidate, *, B, T0, n, temperature, seed=0):
                 f"{what} returned {_describe(got)}; expected a LongTensor of token ids "
                 f"(B, T0 + max_new_tokens) = ({B}, {T0 + n})"
             )
-        problem = _log_problem(model.logged_calls(), T0, n) if n > 0 else None
+        calls = model.logged_calls()
+        problem = _log_problem(calls, T0, n, int(model.num_calls)) if n > 0 else None
         if problem:
             raise CaseFailed(
                 f"{what}: the calls of the model show a mistake\nLikely mistake: {problem}."
@@ -281,12 +387,14 @@ def _generate_case(candidate, *, B, T0, n, temperature, seed=0):
             f"  expected {expected[:, T0:].tolist()}"
             f"\n  got      {got[:, T0:].tolist()}"
         )
-        for mistake, text in (
-            ("temperature after softmax", GEN_TEMP_AFTER),
-            ("argmax", GEN_ARGMAX),
-        ):
-            if temperature == 0 or temperature == 1.0 and mistake != "argmax":
+        known = [("temperature after softmax", GEN_TEMP_AFTER, False, True)]
+        known += [("argmax", GEN_ARGMAX, False, True), *GEN_MISTAKES]
+        found = []  # the known mistakes that give exactly these tokens
+        for mistake, text, greedy, sampling in known:
+            if not (greedy if temperature == 0 else sampling):
                 continue
+            if temperature == 1.0 and mistake.startswith("temperature"):
+                continue  # the same samples as the right ones at temperature 1
             variant = reference_generate(
                 step_decoder(),
                 prompt,
@@ -296,9 +404,20 @@ def _generate_case(candidate, *, B, T0, n, temperature, seed=0):
                 mistake=mistake,
             )
             if torch.equal(got, variant):
-                raise CaseFailed(f"{message}\nLikely mistake: {text}.")
+                found.append(text)
+        if len(found) == 1:
+            raise CaseFailed(f"{message}\nLikely mistake: {found[0]}.")
+        if found:
+            raise CaseFailed(
+                f"{message}\nLikely mistake, one of these (each gives exactly your tokens):"
+                + "".join(f"\n- {text}." for text in found)
+            )
         if temperature == 0:
-            message += f"\nLikely mistake: {GEN_NOT_GREEDY}."
+            message += (
+                "\nHint: at temperature 0 take the argmax over the vocabulary of the last "
+                "position's logits, `logits[:, -1].argmax(-1, keepdim=True)`; then feed that "
+                "new token, (B, 1), at the next position and use the logits that call returns"
+            )
         else:
             message += (
                 "\nHint: at each step sample once per sequence, `torch.multinomial(probs, 1, "

@@ -406,6 +406,18 @@ def _mistral_mistakes() -> list[tuple[str, Callable[[int], float], float]]:
             lambda t: P * min(t, W - 1),
             0.0,
         ),
+        (
+            "you counted one position too many (min(t + 1, 4,096)): after t tokens the buffer "
+            "holds t positions, 0 .. t - 1, until it is full",
+            lambda t: P * min(t + 1, W),
+            0.0,
+        ),
+        (
+            "you used t mod 4,096, the slot of the next position, as the count: once full the "
+            "buffer keeps holding 4,096 positions, min(t, 4,096)",
+            lambda t: P * (t % W),
+            0.0,
+        ),
         ("that is in bits: 8 times the bytes", lambda t: 8 * right(t), 0.0),
         (
             "you used the 32 query heads: the cache stores only the 8 key/value heads, which "

@@ -59,6 +59,93 @@ ROLL_NO_POSITIONS = (
     "p % W (`slot_positions[p % W] = p`; the sliding-window mask needs to know which "
     "position each kept key is, and a new tensor does not change the cache's)"
 )
+ROLL_REPEATED_INDEX = (
+    "one indexed write put several positions into the same slot (a chunk longer than W "
+    "written at once, `buffer[:, :, pos % W] = new`): with repeated indices PyTorch leaves "
+    "undefined which value lands (`index_put_` with accumulate=False; the CPU happens to keep "
+    "the last, a GPU need not); write only the chunk's last W positions, or one position at "
+    "a time"
+)
+ROLL_CACHED_PLUS_NEW = (
+    "you returned the keys cached before the call followed by the whole chunk (what a "
+    "cache hands to the attention of that chunk); this function returns what the buffer "
+    "holds after the write: at most W positions, oldest first"
+)
+ROLL_IGNORES_START = (
+    "the slot ignores `start`: position p = start + t (t the index in the chunk) goes to "
+    "slot p % W, not t % W"
+)
+ROLL_POSITION_PLUS_ONE = (
+    "slot_positions records p + 1: it holds the position itself, p (0-based), for the "
+    "sliding-window mask"
+)
+ROLL_LAST_ONLY = (
+    "only the chunk's last position was written: every new position p (or, for a chunk "
+    "longer than W, each of the last W) goes into its slot p % W"
+)
+ROLL_SAME_ROW = (
+    "every position got the same new row: position p's keys are `new[:, :, p - start]`, "
+    "the chunk's entry number p - start"
+)
+ROLL_ROW_MODULO = (
+    "you took the new keys at index p % Tn (or p % W): position p's keys are "
+    "`new[:, :, p - start]`, its index in the chunk"
+)
+ROLL_HEADS_FLIPPED = (
+    "the heads are in the wrong order: the buffer keeps `new`'s axes, (B, H, W, Dh); write "
+    "`buffer[:, :, slot] = new[:, :, t]` with no flip or transpose"
+)
+
+
+class _WriteWatch(torch.Tensor):
+    """The buffer and slot_positions as the check passes them: ordinary tensors that note
+    each indexed write whose index repeats (undefined in PyTorch, so refused)."""
+
+    repeated: list = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if args and isinstance(args[0], _WriteWatch):
+            repeated = _repeated_write(func, args, kwargs)
+            if repeated is not None:
+                _WriteWatch.repeated.append(repeated)
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+
+def _repeated_write(func, args, kwargs) -> list | None:
+    """The repeated indices of an indexed write (``x[idx] = v``, ``index_put_``,
+    ``index_copy_``), or None."""
+    if func is torch.Tensor.__setitem__:
+        key = args[1] if isinstance(args[1], tuple) else (args[1],)
+    elif func in (torch.Tensor.index_put_, torch.index_put_):
+        accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+        if accumulate:
+            return None
+        key = tuple(args[1])
+    elif func is torch.Tensor.index_copy_:
+        key = (args[2],)
+    else:
+        return None
+    indices = []
+    for k in key:
+        if isinstance(k, (list, tuple)) and k and all(isinstance(i, int) for i in k):
+            k = torch.tensor(k)
+        if isinstance(k, torch.Tensor) and k.dim() >= 1 and not k.dtype.is_floating_point:
+            if k.dtype != torch.bool:
+                with torch._C.DisableTorchFunctionSubclass():
+                    indices.append(k.detach().cpu().long())
+    if not indices:
+        return None
+    try:
+        flat = torch.stack([i.reshape(-1) for i in torch.broadcast_tensors(*indices)], dim=1)
+    except RuntimeError:
+        return None
+    rows, counts = flat.unique(dim=0, return_counts=True)
+    if bool((counts > 1).any()):
+        return rows[counts > 1].flatten().tolist()
+    return None
 
 
 def _simulate(W: int, calls: list, variant: str | None = None) -> list[tuple]:
@@ -72,15 +159,30 @@ def _simulate(W: int, calls: list, variant: str | None = None) -> list[tuple]:
         positions = list(range(start, start + new.shape[2]))
         if variant == "earlier_wins":
             positions = positions[::-1]
+        if variant == "last_only":
+            positions = positions[-1:]
         for p in positions:
+            t = p - start
+            row = {"same_row": 0, "row_modulo": p % new.shape[2]}.get(variant, t)
+            if variant == "roll":  # a FIFO from the start: roll left, write the last slot
+                buffer = torch.roll(buffer, -1, dims=2)
+                slots = torch.roll(slots, -1)
+                buffer[:, :, -1] = new[:, :, row]
+                slots[-1] = p
+                continue
             if variant == "shift" and p >= W:  # drop the oldest, append at the end
                 buffer = torch.cat([buffer[:, :, 1:], new[:, :, p - start, None]], dim=2)
                 slots = torch.cat([slots[1:], torch.tensor([p])])
                 continue
             slot = min(p, W - 1) if variant in ("newest", "shift") else p % W
-            buffer[:, :, slot] = new[:, :, p - start]
+            if variant == "ignores_start":
+                slot = t % W
+            value = new[:, :, row]
+            if variant == "heads_flipped":
+                value = new[:, :, row].flip(1)
+            buffer[:, :, slot] = value
             if variant != "no_positions":
-                slots[slot] = p
+                slots[slot] = p + 1 if variant == "position_plus_one" else p
         if variant == "no_positions":
             record = slots.clone()  # what the student left: all -1
             filled = torch.arange(min(start + new.shape[2], W))
@@ -128,9 +230,16 @@ VARIANTS = {
     "newest": ROLL_NEWEST,
     "earlier_wins": ROLL_EARLIER_WINS,
     "shift": ROLL_SHIFT,
+    "roll": ROLL_SHIFT,
     "slot_order": ROLL_SLOT_ORDER,
     "empty_slots": ROLL_EMPTY_SLOTS,
     "no_positions": ROLL_NO_POSITIONS,
+    "ignores_start": ROLL_IGNORES_START,
+    "position_plus_one": ROLL_POSITION_PLUS_ONE,
+    "last_only": ROLL_LAST_ONLY,
+    "same_row": ROLL_SAME_ROW,
+    "row_modulo": ROLL_ROW_MODULO,
+    "heads_flipped": ROLL_HEADS_FLIPPED,
 }
 
 
@@ -168,9 +277,11 @@ def _sequence_case(candidate, W: int, chunks: list[int], B=1, H=2, Dh=3, dtype=t
             start += Tn
         want_all = expected_states(W, calls)
         variants = {name: _simulate(W, calls, name) for name in VARIANTS}
-        buffer = torch.zeros(B, H, W, Dh, dtype=dtype)
-        slots = torch.full((W,), -1, dtype=torch.long)
+        buffer = torch.zeros(B, H, W, Dh, dtype=dtype).as_subclass(_WriteWatch)
+        slots = torch.full((W,), -1, dtype=torch.long).as_subclass(_WriteWatch)
         for step, ((start, new), want) in enumerate(zip(calls, want_all)):
+            before = buffer.clone()
+            _WriteWatch.repeated = []
             what = (
                 f"rolling_update(buffer, slot_positions, new, start={start}) with W={W}, "
                 f"{new.shape[2]} new position(s) (call {step + 1} of {len(calls)})"
@@ -184,12 +295,27 @@ def _sequence_case(candidate, W: int, chunks: list[int], B=1, H=2, Dh=3, dtype=t
                 raise CaseFailed(
                     f"{what} returned {type(got).__name__}; expected a tuple (kept, kept_positions)"
                 )
+            if _WriteWatch.repeated:
+                raise CaseFailed(
+                    f"{what}: an indexed write repeated the slot(s) "
+                    f"{sorted(set(_WriteWatch.repeated[0]))}\nLikely mistake: "
+                    f"{ROLL_REPEATED_INDEX}."
+                )
             kept, kept_positions = got[0], _as_positions(got[1], f"kept_positions of {what}")
             state = (kept, kept_positions, buffer, slots)
             if isinstance(kept, torch.Tensor) and _same_state(state, want):
                 continue
             if bool((kept_positions < 0).any()):
                 raise CaseFailed(f"{what}: wrong state\nLikely mistake: {ROLL_EMPTY_SLOTS}.")
+            fresh = torch.arange(start, start + new.shape[2])
+            if kept_positions.numel() > want[1].numel() and torch.equal(
+                kept_positions[-fresh.numel() :], fresh
+            ):
+                raise CaseFailed(
+                    f"{what}: returned {kept_positions.numel()} positions, "
+                    f"{fmt_values(kept_positions)}; the buffer holds {want[1].numel()}, "
+                    f"{fmt_values(want[1])}\nLikely mistake: {ROLL_CACHED_PLUS_NEW}."
+                )
             for name, states in variants.items():
                 if isinstance(kept, torch.Tensor) and _same_state(state, states[step]):
                     raise CaseFailed(f"{what}: wrong state\nLikely mistake: {VARIANTS[name]}.")
@@ -208,8 +334,13 @@ def _sequence_case(candidate, W: int, chunks: list[int], B=1, H=2, Dh=3, dtype=t
                     f"the buffer after {what}: slot s must hold the position slot_positions[s] "
                     f"(p % W == s); the slots that differ: "
                     f"{sorted({int(s) for s in (buffer != want[2]).nonzero()[:, 2]})}"
-                    "\nHint: write into `buffer` in place (`buffer[:, :, slot] = ...`); a new "
-                    "tensor does not change the caller's buffer."
+                    + (
+                        "\nHint: write into `buffer` in place (`buffer[:, :, slot] = ...`); a "
+                        "new tensor does not change the caller's buffer."
+                        if torch.equal(buffer, before)
+                        else "\nHint: slot p % W gets position p's keys, "
+                        "`new[:, :, p - start]`, all of B, H and Dh unchanged."
+                    )
                 )
             if not torch.equal(kept_positions, want[1]):
                 raise CaseFailed(

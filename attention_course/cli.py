@@ -55,6 +55,10 @@ def doctor(args: argparse.Namespace) -> int:
     except ValueError as err:
         ok = False
         print(f"device        ERROR: {err}")
+    bwrap = shutil.which("bwrap")
+    print(
+        f"bwrap         {bwrap or 'not installed: grading needs it (apt-get install bubblewrap)'}"
+    )
     root = _find_root()
     if root is None:
         print("book          no _config.yml/_toc.yml found above the current folder")

@@ -9,7 +9,7 @@ Flatpak uses), where the submission cannot reach what it must not touch:
   and UTS namespaces, a new session (``setsid``), and ``--die-with-parent``: when the
   grader stops the kernel, or dies, every process the submission started dies with it;
 * an unprivileged user inside (uid and gid 65534, "nobody"), with no capabilities;
-* a read-only view of the system (``/usr``, ``/etc``, the Python installation, the
+* a read-only view of the system (``/usr``, a few files of ``/etc``, the Python installation, the
   virtual environment) and of the package (bound alone at ``/opt/attention-course``,
   never the repository around it), and nothing else: not the class folder, not the
   other submissions, not the repository's ``exercises/solutions/``, not the grader's
@@ -44,6 +44,19 @@ PACKAGE_MOUNT = "/opt/attention-course"  # where the package is seen inside the 
 DEFAULT_PROCESSES = 256  # processes and threads per sandbox (torch and ipykernel use ~40)
 DEFAULT_CPU_SECONDS = 1800  # CPU seconds per kernel process
 DEFAULT_FILE_SIZE = 1 << 30  # bytes: the largest file a submission may write
+# what the kernel needs of /etc (the dynamic loader's cache, user names, time zone), not
+# the rest of it (/etc/shadow, host keys, credentials)
+ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/alternatives",
+    "/etc/fonts",
+)
 NO_SANDBOX_WARNING = "NOT SANDBOXED (--no-sandbox): not for credit |"
 INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: `apt-get install -y bubblewrap`; Fedora: "
@@ -131,7 +144,7 @@ def _package_dir() -> Path:
 
 def _read_only_paths() -> list[tuple[str, str]]:
     """(source, destination) of every read-only bind: the system, Python, the venv."""
-    wanted = {"/usr", "/etc"}
+    wanted = {"/usr"}
     for prefix in (sys.base_prefix, sys.prefix, sys.exec_prefix, sys.base_exec_prefix):
         wanted.add(os.path.abspath(prefix))
         wanted.add(os.path.realpath(prefix))
@@ -172,6 +185,9 @@ def command(kernel_cmd: list[str], scratch: Scratch, package: Path | None = None
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
+    for path in ETC_FILES:
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
     for source, destination in _read_only_paths():
         args += ["--ro-bind", source, destination]
     args += ["--proc", "/proc", "--dev", "/dev"]
@@ -287,7 +303,7 @@ def require(hidden: list[Path] = ()) -> None:
             _CHECKED["result"] = error
     if isinstance(_CHECKED["result"], SandboxUnavailable):
         raise _CHECKED["result"]
-    shown = [destination for _, destination in _read_only_paths()] + ["/usr", "/etc"]
+    shown = [destination for _, destination in _read_only_paths()] + ["/usr", *ETC_FILES]
     for path in hidden:
         path = os.path.realpath(path)
         for bind in shown:

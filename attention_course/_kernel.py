@@ -58,11 +58,15 @@ def _kernel_manager_class():
         """Launches ``python -m attention_course._kernel`` with a memory limit, over IPC."""
 
         memory_limit: int = DEFAULT_MEMORY_LIMIT
+        scratch = None  # an isolation.Scratch: the kernel runs in a bwrap sandbox
+        limits = None  # isolation.Limits for the sandbox
 
         def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
             cmd = super().format_kernel_cmd(extra_arguments)
-            if cmd[1:3] == ["-m", "ipykernel_launcher"]:
-                cmd = [
+            if cmd[1:3] != ["-m", "ipykernel_launcher"]:
+                return cmd
+            if self.scratch is None:
+                return [
                     cmd[0],
                     "-m",
                     "attention_course._kernel",
@@ -70,7 +74,57 @@ def _kernel_manager_class():
                     "--",
                     *cmd[3:],
                 ]
-            return cmd
+            from . import isolation
+
+            limits = self.limits or isolation.Limits(memory=self.memory_limit)
+            kernel = [cmd[0], "-m", "attention_course._kernel", *limits.kernel_arguments()]
+            return isolation.command([*kernel, "--", *cmd[3:]], self.scratch)
+
+        def kernel_pid(self) -> int | None:
+            """The kernel's process id (in a sandbox: the kernel's, not bwrap's)."""
+            process = getattr(self.provisioner, "process", None)
+            if process is None or process.poll() is not None:
+                return None
+            if self.scratch is None:
+                return process.pid
+            from .isolation import sandbox_processes
+
+            return sandbox_processes(process.pid)[0]
+
+        def cpu_seconds(self) -> float | None:
+            """CPU seconds the kernel and every process it started have used (in a
+            sandbox: every process of the sandbox); None when it is not running."""
+            process = getattr(self.provisioner, "process", None)
+            if process is None or process.poll() is not None:
+                return None
+            from .isolation import cpu_seconds
+
+            return cpu_seconds(process.pid)
+
+        def leftover_processes(self) -> int:
+            """How many processes of the sandbox, besides the kernel, are running."""
+            process = getattr(self.provisioner, "process", None)
+            if self.scratch is None or process is None or process.poll() is not None:
+                return 0
+            from .isolation import sandbox_processes
+
+            return len(sandbox_processes(process.pid)[1])
+
+        def interrupt_pid(self) -> None:
+            """SIGINT to the kernel itself (bwrap does not pass signals on)."""
+            pid = self.kernel_pid()
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGINT)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+        async def interrupt_kernel(self) -> None:
+            if self.scratch is None:
+                return await super().interrupt_kernel()
+            self.interrupt_pid()
+
+        _async_interrupt_kernel = interrupt_kernel
 
         def kill_process_group(self) -> None:
             """SIGKILL the kernel's process group (the kernel and what it forked), and
@@ -95,6 +149,8 @@ def _kernel_manager_class():
             code = process.poll() if process is not None else None
             if code is None:
                 return ""
+            if self.scratch is not None and code > 128:  # bwrap: 128 + the kernel's signal
+                code = 128 - code
             if code < 0:
                 try:
                     name = signal.Signals(-code).name
@@ -112,17 +168,24 @@ def _kernel_manager_class():
     return GraderKernelManager
 
 
-def grader_kernel_manager(memory_limit: int = DEFAULT_MEMORY_LIMIT, **options: Any):
+def grader_kernel_manager(
+    memory_limit: int = DEFAULT_MEMORY_LIMIT, scratch=None, limits=None, **options: Any
+):
     """A kernel manager for grading: this interpreter's ``python3`` kernel, ``memory_limit``
-    bytes of memory, IPC transport."""
+    bytes of memory, IPC transport. ``scratch`` (an `isolation.Scratch`): the kernel runs
+    in a bwrap sandbox whose only writable folder that is, under ``limits``."""
     import tempfile
     import uuid
 
     from jupyter_client.kernelspec import KernelSpecManager
 
     # IPC socket files go by an absolute path: the kernel runs in the notebook's folder.
-    folder = os.path.join(tempfile.gettempdir(), "attention-course-kernels")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
+    if scratch is not None:  # the sandbox sees its own run/ folder, nothing else
+        folder = str(scratch.run)
+        options.setdefault("connection_file", os.path.join(folder, "kernel.json"))
+    else:
+        folder = os.path.join(tempfile.gettempdir(), "attention-course-kernels")
+        os.makedirs(folder, mode=0o700, exist_ok=True)
     km = _kernel_manager_class()(
         kernel_name="python3",
         kernel_spec_manager=KernelSpecManager(kernel_dirs=[]),
@@ -131,18 +194,33 @@ def grader_kernel_manager(memory_limit: int = DEFAULT_MEMORY_LIMIT, **options: A
         **options,
     )
     km.memory_limit = int(memory_limit)
+    km.scratch, km.limits = scratch, limits
     return km
 
 
 def main(argv: list[str]) -> None:
-    limit = 0
+    values = {"memory-limit": 0, "max-processes": 0, "cpu-limit": 0, "file-size-limit": 0}
+    hard = False
     while argv and argv[0] != "--":
         arg = argv.pop(0)
-        if arg.startswith("--memory-limit="):
-            limit = int(arg.split("=", 1)[1])
+        name, _, value = arg.removeprefix("--").partition("=")
+        if name in values:
+            values[name] = int(value)
+        hard = hard or name == "hard-limits"
     if argv and argv[0] == "--":
         argv.pop(0)
-    set_memory_limit(limit)
+    if hard or any(values[k] for k in ("max-processes", "cpu-limit", "file-size-limit")):
+        from .isolation import set_limits
+
+        set_limits(
+            values["memory-limit"],
+            values["max-processes"],
+            values["cpu-limit"],
+            values["file-size-limit"],
+            hard,
+        )
+    else:
+        set_memory_limit(values["memory-limit"])
     sys.argv = ["ipykernel_launcher", *argv]
     from ipykernel import kernelapp
 

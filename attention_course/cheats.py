@@ -40,6 +40,7 @@ Two looks, both used by ``attention-course grade``:
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import sys
 import threading
@@ -541,6 +542,28 @@ def _shadowed(root: ast.AST) -> set[int]:
     return out
 
 
+def _canonical(path: str) -> str:
+    """A reference reached by its module path, as the package exports it:
+    ``attention_course.multihead.MultiHeadAttention`` is ``attention_course.MultiHeadAttention``
+    when both name the same object (a given building block imported by its module path
+    is the same building block). Any other path is returned as it is."""
+    module, _, name = path.rpartition(".")
+    if not module.startswith(REFERENCE + "."):
+        return path
+    try:
+        found = getattr(importlib.import_module(module), name)
+        exported = getattr(importlib.import_module(REFERENCE), name, None)
+    except Exception:  # noqa: BLE001 - not a module path of the package: as it is
+        return path
+    return f"{REFERENCE}.{name}" if exported is found else path
+
+
+def _not_given(path: str, allowed: set[str]) -> bool:
+    """Whether ``path`` is NOT one of the ``allowed`` references, by its own spelling or as
+    the package exports it (`_canonical`)."""
+    return path not in allowed and _canonical(path) not in allowed
+
+
 def _scan_task(
     task: dict,
     index: int | None,
@@ -568,7 +591,7 @@ def _scan_task(
 
     def check_path(path: str, cell: int, node: ast.AST) -> None:
         if path == REFERENCE or path.startswith(REFERENCE + "."):
-            if path not in allowed or path.rsplit(".", 1)[-1] in own:
+            if _not_given(path, allowed) or path.rsplit(".", 1)[-1] in own:
                 add("reference", cell, node, path)
             return
         builtin = _matches_builtin(path, builtins)
@@ -599,7 +622,7 @@ def _scan_task(
                 parts = _dotted(sub)
                 path = _resolve(parts, local) if parts is not None else ""
                 if path == REFERENCE or path.startswith(REFERENCE + "."):
-                    if path not in allowed or path.rsplit(".", 1)[-1] in own:
+                    if _not_given(path, allowed) or path.rsplit(".", 1)[-1] in own:
                         add("reference", cell, sub, f"built on {path}")
                     continue
                 if parts is not None:  # a built-in base (class Mine(nn.LayerNorm))

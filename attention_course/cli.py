@@ -65,6 +65,10 @@ def doctor(args: argparse.Namespace) -> int:
     except ValueError as err:
         ok = False
         print(f"device        ERROR: {err}")
+    bwrap = shutil.which("bwrap")
+    print(
+        f"bwrap         {bwrap or 'not installed: grading needs it (apt-get install bubblewrap)'}"
+    )
     root = _find_root()
     if root is None:
         print("book          no _config.yml/_toc.yml found above the current folder")
@@ -111,13 +115,21 @@ def build_parser() -> argparse.ArgumentParser:
     from . import grading, release
 
     p = sub.add_parser(
-        "release", help="make the student exercise notebooks from exercises/solutions/"
+        "release",
+        help="for course authors: make the student exercise notebooks and the released "
+        "task lists from exercises/solutions/ (needs the repository)",
     )
     release.add_arguments(p)
     p.set_defaults(func=release.run)
     p = sub.add_parser("grade", help="execute and grade a submitted exercise notebook")
     grading.add_arguments(p)
     p.set_defaults(func=grading.run)
+    p = sub.add_parser(
+        "gradebook",
+        help="merge the results of `grade --out` runs into one CSV, JUnit and summary",
+    )
+    grading.add_gradebook_arguments(p)
+    p.set_defaults(func=grading.run_gradebook)
     return parser
 
 

@@ -69,6 +69,12 @@ DEFAULT_TIMEOUT = 60.0
 CHECK_TIMEOUT = 10.0  # each checker case's own time limit
 MAX_RESTARTS = 3  # kernels restarted after a crash, per submission
 TABLE_WIDTH = 100  # the score table wraps messages to this many characters
+WARM_UP_TIMEOUT = 300.0  # seconds for the kernel's warm-up (not the student's time)
+WARM_UP = (
+    "import torch, torch._dynamo\n"
+    "torch.ones(2, 2, device='meta').tril()\n"
+    "torch.ones(2, 2).tril().sum()\n"
+)
 
 
 @dataclass
@@ -108,6 +114,7 @@ class Grade:
     cells: list[CellRun]
     timeout: float
     notes: list[str] = field(default_factory=list)  # about the whole notebook
+    sandboxed: bool = True  # the kernel ran in a bwrap sandbox (False: --no-sandbox)
 
     @property
     def score(self) -> float:
@@ -129,12 +136,29 @@ class Grade:
             "max_score": self.max_score,
             "passed": self.passed,
             "timeout": self.timeout,
+            "sandboxed": self.sandboxed,
             "tasks": [asdict(t) for t in self.tasks],
             "notes": list(self.notes),
             "cell_problems": [
                 asdict(c) for c in self.cells if c.status in ("error", "timeout", "died")
             ],
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Grade:
+        """The grade that :meth:`to_dict` wrote (its cells: only those that failed)."""
+        fields = set(TaskGrade.__dataclass_fields__)
+        tasks = [TaskGrade(**{k: v for k, v in t.items() if k in fields}) for t in data["tasks"]]
+        cells = [CellRun(**c) for c in data.get("cell_problems", [])]
+        return cls(
+            data["notebook"],
+            data["exercise"],
+            tasks,
+            cells,
+            data.get("timeout", DEFAULT_TIMEOUT),
+            list(data.get("notes", [])),
+            bool(data.get("sandboxed", True)),
+        )
 
     def table(self, width: int = TABLE_WIDTH) -> str:
         """The score table printed by ``attention-course grade``.
@@ -298,6 +322,9 @@ def _kernel_hooks(runner: _Runner):
         return client.kc.execute(source, store_history=False, allow_stdin=False)
 
     def interrupt() -> None:
+        if hasattr(client.km, "interrupt_pid"):  # the kernel, not bwrap around it
+            client.km.interrupt_pid()
+            return
         proc = process()
         if proc is not None and proc.poll() is None:
             os.kill(proc.pid, signal.SIGINT)
@@ -338,14 +365,17 @@ def _grade_task(runner: _Runner, task: dict, check_timeout: float) -> dict:
     from . import sandbox
 
     execute, interrupt, alive, wait = _kernel_hooks(runner)
-    # each remote call may take a little longer than its case, so that the case's own
-    # time limit speaks first ("ran over the time limit of ... s")
+    # Each remote call may use ``check_timeout`` CPU seconds of the kernel (the kernel
+    # and what it started), whatever the load on the machine; the case's wall-time
+    # limit in the grader is only a guard far above it (`sandbox.WALL_FACTOR`).
     session = sandbox.Session(
         execute,
         interrupt,
         alive,
-        limit=check_timeout + 1.0,
+        limit=check_timeout,
         finished=lambda msg_id: wait(msg_id, 0.05),
+        folder=str(runner.scratch.run) if runner.scratch is not None else None,
+        cpu=getattr(runner.client.km, "cpu_seconds", None),
     )
     try:
         with session as client:
@@ -402,18 +432,23 @@ class _Runner:
         timeout: float,
         kernel_name: str,
         memory_limit: int = DEFAULT_MEMORY_LIMIT,
+        scratch=None,
+        limits=None,
     ):
         self.nb = nb
         self.timeout = timeout
         self.kernel_name = kernel_name
         self.memory_limit = memory_limit
+        self.scratch = scratch  # isolation.Scratch: the kernel runs in a bwrap sandbox
+        self.limits = limits
+        self.leftovers = 0  # processes the submission left running, ended with the sandbox
         self.replies: dict[int, dict] = {}
         self.replay: list[int] = []  # cells to run again after a restart, in order
         self.restarts = 0
         self._context = None
         self.client = notebook_client(
             nb,
-            cwd,
+            scratch.work if scratch is not None else cwd,
             timeout,
             kernel_name,
             allow_errors=True,
@@ -436,16 +471,34 @@ class _Runner:
         if self.kernel_name == KERNEL_NAME:
             import subprocess
 
-            self.client.km = grader_kernel_manager(self.memory_limit)
+            self.client.km = grader_kernel_manager(self.memory_limit, self.scratch, self.limits)
             # The kernel's own stdout/stderr (not the cells' outputs, which come as
             # messages) would land on the grader's terminal: ipykernel's warnings, a
             # forked child's complaints, C libraries' messages.
             options = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         self._context = self.client.setup_kernel(cleanup_kc=True, **options)
         self._context.__enter__()
+        self.warm_up()
+
+    def warm_up(self) -> None:
+        """Do, before any of the notebook's cells, what a first call would otherwise pay
+        for inside a case's time limit: the first operation on the ``meta`` device
+        imports hundreds of modules (sympy, ``torch._dynamo``), seconds of work that
+        once cost correct solutions points and, interrupted, broke the next case. In a
+        namespace of its own: the notebook sees nothing of it."""
+        cell = nbformat_new_cell(f"exec({WARM_UP!r}, {{}})")
+        self.nb.cells.append(cell)
+        try:
+            self.run(cell, len(self.nb.cells) - 1, WARM_UP_TIMEOUT, history=False)
+        except Exception:  # noqa: BLE001 - a kernel that dies here dies again in its cells
+            pass
+        finally:
+            self.nb.cells.pop()
 
     def stop(self) -> None:
         km = self.client.km
+        if hasattr(km, "leftover_processes"):
+            self.leftovers += km.leftover_processes()
         if self._context is not None:
             context, self._context = self._context, None
             try:
@@ -522,6 +575,8 @@ def grade_notebook(
     memory_limit: int = DEFAULT_MEMORY_LIMIT,
     allow_builtins: bool = False,
     trust_notebook: bool = False,
+    sandbox: bool = True,
+    limits=None,
 ) -> Grade:
     """Execute and grade one submission.
 
@@ -531,6 +586,11 @@ def grade_notebook(
     released ones (`tasks_to_grade`; ``trust_notebook``: the notebook's own). Raises
     :class:`UnknownExercise` for a notebook of no released exercise, and nothing else
     because of the submission.
+
+    ``sandbox``: the kernel runs in a bubblewrap sandbox (`attention_course.isolation`)
+    that sees a copy of this one notebook and nothing else of the machine's files; raises
+    :class:`isolation.SandboxUnavailable` when no sandbox can be made. ``limits``: the
+    sandbox's `isolation.Limits` (default: ``memory_limit`` and the defaults).
     """
     import nbformat
     from nbclient.exceptions import DeadKernelError
@@ -555,7 +615,14 @@ def grade_notebook(
         )
         for t in tasks
     ]
-    runner = _Runner(nb, path.parent.resolve(), timeout, kernel_name, memory_limit)
+    scratch = None
+    if sandbox and kernel_name == KERNEL_NAME:
+        from . import isolation
+
+        isolation.require([path.resolve().parent])
+        scratch = isolation.Scratch(path)
+        limits = limits or isolation.Limits(memory=memory_limit)
+    runner = _Runner(nb, path.parent.resolve(), timeout, kernel_name, memory_limit, scratch, limits)
     died: list[int] = []  # the cells that killed the kernel, in order
     from .sandbox import KernelLost, warm_up
 
@@ -622,9 +689,16 @@ def grade_notebook(
             _blame_dead_cells(grade, needs.get(grade.id, set()), died, runs)
     finally:
         runner.stop()
+        if scratch is not None:
+            scratch.remove()
 
+    if runner.leftovers:
+        notes.append(
+            f"{runner.leftovers} process(es) the notebook started (a daemon, a pool) were "
+            "still running when it was graded; the sandbox ended them"
+        )
     cells = [runs[i] for i in sorted(runs)]
-    return Grade(str(path), exercise, grades, cells, timeout, notes)
+    return Grade(str(path), exercise, grades, cells, timeout, notes, sandboxed=scratch is not None)
 
 
 def _fill(
@@ -791,6 +865,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bar when grading several"
     )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="write each submission's result (DIR/<student>-<hash>.json) and feedback "
+        "(.md) as soon as it is graded; merge folders with `attention-course gradebook`",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --out: skip submissions whose result is there for the same file content",
+    )
+    parser.add_argument(
+        "--exercise",
+        metavar="NN",
+        help="the exercise expected (e.g. 05 or 05_masking): a submission of another "
+        "exercise is reported, not graded",
+    )
+    parser.add_argument(
+        "--roster",
+        type=Path,
+        metavar="CSV",
+        help="a CSV with columns file,student: the student column of the gradebook "
+        "(default: the file name without .ipynb)",
+    )
+    parser.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run kernels without the bubblewrap sandbox (an instructor's own quick run, "
+        "never for credit: every line printed says so)",
+    )
 
 
 def _grade_entry(path: Path, args: argparse.Namespace):
@@ -805,67 +910,168 @@ def _grade_entry(path: Path, args: argparse.Namespace):
         return Entry(path, error=f"cannot read {path}: {type(err).__name__}: {err}")
     trust = getattr(args, "trust_notebook", False)
     try:
-        _, tasks, _ = tasks_to_grade(nb, path, trust)
+        key, tasks, _ = tasks_to_grade(nb, path, trust)
     except UnknownExercise as err:
         return Entry(path, error=str(err))
     if not tasks:
         return Entry(path, error=f"{path} lists no exercise tasks")
+    expected = getattr(args, "exercise", None)
+    if expected and not (key == expected or key.startswith(f"{expected}_")):
+        return Entry(
+            path, error=f"{path} is exercise {key}, not the expected {expected}: not graded"
+        )
     grade = grade_notebook(
         path,
         timeout=args.timeout,
         memory_limit=args.memory_limit,
         allow_builtins=args.allow_builtins,
         trust_notebook=trust,
+        sandbox=not getattr(args, "no_sandbox", False),
     )
     return Entry(path, grade)
+
+
+def _grade_student(path: Path, args: argparse.Namespace, roster: dict, results):
+    """One unit of work: the stored result when ``--resume`` finds it, else a grade."""
+    from .gradebook import digest
+
+    student = roster.get(path.name, "")
+    if results is not None and getattr(args, "resume", False):
+        done = results.done(path, student)
+        if done is not None:
+            return done
+    before = digest(path)
+    entry = _grade_entry(path, args)
+    entry.student, entry.digest = student or entry.student, before
+    return entry
+
+
+def _emit(text: str, args: argparse.Namespace, **kwargs) -> None:
+    """Print ``text``; with ``--no-sandbox``, every line says that it is not for credit
+    (JSON stays JSON: each grade has ``"sandboxed": false``, and stderr says it)."""
+    if getattr(args, "no_sandbox", False) and getattr(args, "json", False):
+        from .isolation import NO_SANDBOX_WARNING
+
+        print(f"{NO_SANDBOX_WARNING} every grade below", file=sys.stderr)
+    elif getattr(args, "no_sandbox", False):
+        from .isolation import NO_SANDBOX_WARNING
+
+        text = "\n".join(f"{NO_SANDBOX_WARNING} {line}" for line in text.split("\n"))
+    print(text, **kwargs)
+
+
+def _require_sandbox(args: argparse.Namespace) -> str:
+    """Why the grader refuses to grade (empty when the sandbox holds, or ``--no-sandbox``)."""
+    if getattr(args, "no_sandbox", False):
+        return ""
+    from . import isolation
+
+    hidden = [p.resolve() for p in args.submission]
+    hidden += [Path(p).resolve() for p in (args.csv, args.junit, getattr(args, "out", None)) if p]
+    try:
+        isolation.require(hidden)
+    except isolation.SandboxUnavailable as error:
+        return (
+            f"grade: refusing to grade for credit without a sandbox: {error}\n"
+            f"grade: {isolation.INSTALL_HINT}"
+        )
+    return ""
 
 
 def run(args: argparse.Namespace) -> int:
     """Carry out a parsed ``grade`` command; return the exit status."""
     if missing_tools("grade", sys.stderr):
         return 2
+    refused = _require_sandbox(args)
+    if refused:
+        print(refused, file=sys.stderr)
+        return 2
     from . import gradebook
 
-    paths = gradebook.find_submissions(args.submission)
+    paths, skipped = gradebook.find_files(args.submission)
+    roster = gradebook.read_roster(args.roster) if getattr(args, "roster", None) else {}
+    results = gradebook.Results(args.out) if getattr(args, "out", None) else None
     single = (
         len(args.submission) == 1
         and not args.submission[0].is_dir()
         and not (args.csv or args.junit)
     )
     if single:
-        entry = _grade_entry(paths[0], args)
+        entry = _grade_student(paths[0], args, roster, results)
+        if results is not None:
+            results.write(entry)
         if entry.grade is None:
             print(f"grade: {entry.error}", file=sys.stderr)
             return 2
         if args.json:
-            print(json.dumps(entry.grade.to_dict(), indent=2, ensure_ascii=False))
+            _emit(json.dumps(entry.grade.to_dict(), indent=2, ensure_ascii=False), args)
         else:
-            print(entry.grade.table())
+            _emit(entry.grade.table(), args)
         return 0 if entry.grade.passed else 1
     if not paths:
         print("grade: no *.ipynb found", file=sys.stderr)
         return 2
     entries = gradebook.grade_all(
         paths,
-        lambda path: _grade_entry(path, args),
+        lambda path: _grade_student(path, args, roster, results),
         jobs=args.jobs,
         progress=not args.no_progress,
+        done=results.write if results is not None else None,
     )
+    entries += [
+        gradebook.Entry(p, error=f"skipped: {p.name} is not a notebook (*.ipynb)") for p in skipped
+    ]
+    return _report(entries, args)
+
+
+def _report(entries: list, args: argparse.Namespace) -> int:
+    """Write the CSV and JUnit, print the tables (or JSON) and the summary; the status."""
+    from . import gradebook
+
     if args.csv:
         with open(args.csv, "w", newline="", encoding="utf-8") as stream:
             gradebook.write_csv(entries, stream)
     if args.junit:
         Path(args.junit).write_text(gradebook.junit_xml(entries), encoding="utf-8")
     if args.json:
-        print(json.dumps(gradebook.to_json(entries), indent=2, ensure_ascii=False))
+        _emit(json.dumps(gradebook.to_json(entries), indent=2, ensure_ascii=False), args)
     else:
         for entry in entries:
             if entry.grade is not None:
-                print(entry.grade.table(), end="\n\n")
-        print(gradebook.summary_text(entries))
-    if any(e.grade is None for e in entries):
+                _emit(entry.grade.table(), args, end="\n\n")
+        _emit(gradebook.summary_text(entries), args)
+    if any(e.grade is None and not e.error.startswith("skipped:") for e in entries):
         return 2
-    return 0 if all(e.grade.passed for e in entries) else 1
+    return 0 if all(e.grade.passed for e in entries if e.grade is not None) else 1
+
+
+def add_gradebook_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the ``gradebook`` command line: merge result folders."""
+    parser.add_argument(
+        "results",
+        type=Path,
+        nargs="+",
+        metavar="DIR_OR_JSON",
+        help="folders written by `grade --out` (or their JSON files)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print a JSON document instead of the tables"
+    )
+    parser.add_argument("--csv", type=Path, metavar="FILE", help="write a gradebook (CSV)")
+    parser.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
+
+
+def run_gradebook(args: argparse.Namespace) -> int:
+    """Carry out ``attention-course gradebook``: the outputs of one class run, from the
+    results that many runs (machines, array jobs) wrote."""
+    from . import gradebook
+
+    entries = gradebook.load_results(args.results)
+    if not entries:
+        print("gradebook: no results (*.json) found", file=sys.stderr)
+        return 2
+    args.no_sandbox = not all(e.grade.sandboxed for e in entries if e.grade)
+    return _report(entries, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import importlib
 import inspect
 import itertools
 import json
@@ -71,6 +72,7 @@ MAX_MESSAGE = 1 << 30  # bytes: a reply larger than this is refused
 MAX_ITEMS = 100_000  # items of a list, tuple, dict or iterator sent back
 MAX_DEPTH = 32  # nesting of containers sent back
 INTERRUPT_GRACE = 5.0  # seconds a kernel has to come back after an interrupt
+WALL_FACTOR = 10.0  # a CPU-time limit's wall-time guard: this many times the limit
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _THIS_FILE = os.path.abspath(__file__)
 _CHECKS_DIR = os.path.join(_PACKAGE_DIR, "checks") + os.sep
@@ -88,6 +90,12 @@ class KernelLost(Exception):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class TimeLimitExceeded(KernelLost):
+    """A call of the student's code spent its CPU-time limit and was interrupted."""
+
+    remote_frame = None  # `describe_exception`: no line to show (the grader's, not theirs)
 
 
 # ---------------------------------------------------------------- the wire
@@ -664,9 +672,12 @@ class Client:
         limit: float,
         interrupt: Callable[[], None],
         alive: Callable[[], bool],
+        cpu: Callable[[], float | None] | None = None,
     ) -> None:
         self.sock = sock
         self.limit = limit
+        # the kernel's CPU seconds, read by the grader (None: limits are wall time)
+        self.cpu = cpu
         self.interrupt = interrupt
         self.alive = alive
         self.lost: KernelLost | None = None
@@ -691,6 +702,13 @@ class Client:
                 raise SandboxError("the kernel sent a malformed error")
             _, name, text, frame, kind = reply
             if kind == "KeyboardInterrupt":
+                if self.cpu is not None:
+                    raise TimeLimitExceeded(
+                        "interrupted",
+                        f"ran over the time limit of {self.limit:g} CPU seconds of the "
+                        "candidate: look for an endless loop, or a loop over elements "
+                        "that should be one tensor operation",
+                    )
                 raise KernelLost("interrupted", f"interrupted after {self.limit:g} s")
             raise _remote_exception(str(name), str(text), frame, str(kind))
         return reply
@@ -702,6 +720,10 @@ class Client:
             _send(self.sock, message)
             self.sock.settimeout(limit)
             try:
+                if self.cpu is not None and not self._within_cpu(limit):
+                    raise TimeoutError
+                if self.cpu is not None:
+                    self.sock.settimeout(max(limit, INTERRUPT_GRACE))  # the reply is coming
                 return _recv(self.sock)
             except TimeoutError:
                 self.interrupt()
@@ -725,6 +747,24 @@ class Client:
                 self.lost = KernelLost(reason, f"the kernel {reason} ({error})")
                 return self.lost
             return ("error", "SandboxError", f"an unreadable reply ({error})", None, "Exception")
+
+    def _within_cpu(self, limit: float) -> bool:
+        """Wait until the kernel's reply can be read: True, or False when the kernel
+        spent more than ``limit`` CPU seconds on it (or, a guard for a machine so loaded
+        that the kernel gets no CPU at all, ``WALL_FACTOR`` times that in wall time). CPU
+        time does not depend on how loaded the machine is; wall time does."""
+        import select
+
+        start, begun = self.cpu(), time.monotonic()
+        while True:
+            readable, _, _ = select.select([self.sock], [], [], 0.1)
+            if readable:
+                return True
+            now = self.cpu()
+            if start is not None and now is not None and now - start > limit:
+                return False
+            if time.monotonic() - begun > max(limit * WALL_FACTOR, 60.0):
+                return False
 
     def close(self) -> None:
         if self.lost is None:
@@ -1233,8 +1273,12 @@ class Session:
         limit: float,
         start_limit: float = 30.0,
         finished: Callable[[str], bool] | None = None,
+        folder: str | None = None,
+        cpu: Callable[[], float | None] | None = None,
     ) -> None:
+        self.cpu = cpu
         self.execute, self.interrupt, self.alive = execute, interrupt, alive
+        self.folder = folder  # where the socket is made (a sandbox sees only its own)
         self.finished = finished
         self.limit, self.start_limit = limit, start_limit
         self.client: Client | None = None
@@ -1245,7 +1289,7 @@ class Session:
         import shutil
         import tempfile
 
-        folder = tempfile.mkdtemp(prefix="ac-grade-")
+        folder = tempfile.mkdtemp(prefix="ac-grade-", dir=self.folder)
         os.chmod(folder, 0o700)
         path = os.path.join(folder, "s")
         token = secrets.token_hex(16)
@@ -1284,7 +1328,7 @@ class Session:
         if not (isinstance(hello, tuple) and len(hello) == 3 and hello[:2] == ("hello", token)):
             sock.close()
             raise SandboxError("the kernel's probe answered without the grader's token")
-        self.client = Client(sock, self.limit, self.interrupt, self.alive)
+        self.client = Client(sock, self.limit, self.interrupt, self.alive, self.cpu)
         return self.client
 
     def __exit__(self, *exc) -> None:
@@ -1301,10 +1345,19 @@ def warm_up() -> threading.Thread:
 
         x = torch.ones(2, dtype=torch.float64, requires_grad=True)
         (x * x).sum().backward()
+        importlib.import_module("torch._dynamo")  # what the first meta operation imports
+        torch.ones(2, 2, device="meta").tril()
 
     thread = threading.Thread(target=work, name="attention-course-warm-up", daemon=True)
     thread.start()
     return thread
+
+
+def _wall(client: Client, timeout: float) -> float:
+    """A case's wall-time limit in the grader: ``timeout`` when the kernel's calls are
+    limited in wall time, else a guard far above it (the kernel's CPU time is what is
+    limited, by the client)."""
+    return timeout if client.cpu is None else max(timeout * WALL_FACTOR, 60.0)
 
 
 def grade_task(client: Client, task: dict, timeout: float) -> dict:
@@ -1323,7 +1376,7 @@ def grade_task(client: Client, task: dict, timeout: float) -> dict:
     if task["kind"] == "quiz":
         from .quiz import check_quiz
 
-        report = check_quiz(task["question"], candidate, timeout=timeout)
+        report = check_quiz(task["question"], candidate, timeout=_wall(client, timeout))
         called: list = []
     else:
         from . import checks
@@ -1334,7 +1387,7 @@ def grade_task(client: Client, task: dict, timeout: float) -> dict:
         # reference (`attention_course.cheats.watch_calls`, `built_on_reference`).
         builtins = list(getattr(check, "answer_builtins", ()))
         client.request(("watch", builtins, list(task.get("allowed", ()))))
-        report = check(candidate, timeout=timeout)
+        report = check(candidate, timeout=_wall(client, timeout))
         called = client.decode(client.request(("called",))[1]) if client.lost is None else []
     if client.lost is not None:
         raise client.lost

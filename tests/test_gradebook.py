@@ -146,10 +146,10 @@ def test_gradebook_outputs_without_a_kernel():
     gradebook.write_csv(entries, out)
     # two exercises with a task of the same name: one column each
     assert out.getvalue().splitlines() == [
-        "file,exercise,total,max,06/parameter_count,08/parameter_count,error",
-        "a,06,1,1,1,,",
-        "b,08,0,1,,0,",
-        "c,,0,,,,cannot read c",
+        "student,file,exercise,total,max,06/parameter_count,08/parameter_count,error",
+        "a,a,06,1,1,1,,",
+        "b,b,08,0,1,,0,",
+        "c,c,,0,,,,cannot read c",
     ]
     rows = gradebook.summary(entries)
     assert rows[1]["common_mistakes"] == [{"mistake": "no biases.", "count": 1}]

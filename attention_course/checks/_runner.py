@@ -95,13 +95,15 @@ _ERROR_HINTS = (
     ),
     (
         "expected scalar type",
-        "the checker uses float64 inputs: create new tensors with `dtype=x.dtype` "
-        "(and `device=x.device`) instead of the default float32",
+        "two dtypes meet in one operation: create new tensors with the input's "
+        "`dtype=x.dtype` (and `device=x.device`), not the default float32 nor a dtype "
+        "of your own (the checker's inputs are float64 in most cases, float32 in some)",
     ),
     (
         "same dtype",
-        "the checker uses float64 inputs: create new tensors with `dtype=x.dtype` "
-        "(and `device=x.device`) instead of the default float32",
+        "two dtypes meet in one operation: create new tensors with the input's "
+        "`dtype=x.dtype` (and `device=x.device`), not the default float32 nor a dtype "
+        "of your own (the checker's inputs are float64 in most cases, float32 in some)",
     ),
     (
         "before Module.__init__() call",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -54,6 +55,12 @@ MASKED_BLOCK_NAN = (
     "the exponents relative to 0 instead (`torch.where(torch.isneginf(m_new), 0, m_new)`), "
     "so the row keeps l = 0 and acc = 0"
 )
+OLD_MAX_EXPONENT = (
+    "the exponents are measured from the old maximum m, not the new one m': e^{s - m} is "
+    "e^{s} on the first block (m = -inf) and has a positive exponent whenever a block "
+    "raises the maximum, so it overflows for large scores (inf * 0 = NaN); take "
+    "p = e^{s - m'} with m' = max(m, max_j s_j), every exponent at most 0"
+)
 RAW_EXP = (
     "e^{s} of the raw scores overflows: subtract the running maximum first, p = e^{s - m'}, "
     "so that every exponent is at most 0"
@@ -88,6 +95,30 @@ FULL_SCORES = (
     "at least T·S = {T} × {S} = {limit:,}: that is the whole score matrix (or a mask of "
     "its size) at once, which tiling exists to avoid; compute one block_q × block_k tile "
     "of scores at a time (and the causal condition from the tile's positions)"
+)
+TILE_LIMIT = (
+    "your code creates a tensor of {elements:,} elements ({shape}, {dtype}, made by {op}), "
+    "more than the {limit:,} that tiling ever needs (the largest of the inputs, the output "
+    "and one tile: batch × block_q × block_k × max(Dk, Dv) = {tile:,})"
+)
+WHOLE_ROW = (
+    ": you hold a whole row of scores (block_q × S), a loop over query blocks only with "
+    "the softmax of full rows; loop over key blocks too and fold each block_q × block_k "
+    "tile into the online-softmax state"
+)
+WHOLE_COLUMN = (
+    ": you hold a whole column of scores (T × block_k), all T queries at once against one "
+    "block of keys; loop over query blocks too, block_q rows at a time"
+)
+WHOLE_SQUARE = (
+    ": a T × T matrix (a causal_mask(T), say) is as quadratic as the scores, even when it "
+    "is smaller than T × S; build the mask of each tile from its positions (two "
+    "`torch.arange`)"
+)
+NO_NUMPY = (
+    "do not use numpy in tiled_attention_loop: compute in PyTorch, because the size of "
+    "every tensor your loop creates is part of the check (a T × S mask or score matrix in "
+    "numpy, or in a Python list, is still the whole matrix)"
 )
 
 _NO_BUILTIN = (
@@ -125,6 +156,19 @@ def _raw_exp(m, l, acc, s, v):  # noqa: E741
     return m_new, l + p.sum(dim=-1, keepdim=True), acc + p @ v
 
 
+def _old_max_exponent(m, l, acc, s, v):  # noqa: E741
+    """Exponents taken from the old maximum, rescaled afterwards: e^{s - m} e^{m - m'}
+    (with -inf read as 0), e^{s} on the first block, NaN once e^{s - m} overflows."""
+    m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+
+    def z(x):
+        return torch.where(torch.isinf(x), torch.zeros_like(x), x)
+
+    p = torch.exp(s - z(m)) * torch.exp(z(m) - z(m_new))
+    c = torch.exp(m - z(m_new))
+    return m_new, c * l + p.sum(dim=-1, keepdim=True), c * acc + p @ v
+
+
 def _nan_on_masked(m, l, acc, s, v):  # noqa: E741
     """The recurrence without the -inf guard: NaN where a row has seen only masked scores."""
     m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
@@ -140,6 +184,7 @@ UPDATE_MISTAKES = [
     (BLOCK_MAX_ONLY, _update_variant(block_max=True)),
     (RESCALE_INVERTED, _update_variant(flip=True)),
     (MASKED_BLOCK_NAN, _nan_on_masked),
+    (OLD_MAX_EXPONENT, _old_max_exponent),
     (RAW_EXP, _raw_exp),
 ]
 
@@ -349,6 +394,11 @@ def check_online_softmax_update(candidate) -> list[Case]:
             covers=frozenset({"large scores"}),
         ),
         Case(
+            "scores near 1,000 from the start state (m = -inf): every exponent is at most 0",
+            _update_case(candidate, _start(T, Dv), bigger, v1),
+            covers=frozenset({"large scores"}),
+        ),
+        Case(
             "a batch (2, T, Sb) in float32: the result keeps float32",
             _update_case(candidate, b_state, b_scores, randn(2, 4, 3, seed=18).float()),
             covers=frozenset({"batch", "dtype=float32"}),
@@ -440,6 +490,74 @@ def _expected(q, k, v, causal):
     return attention_ref.scaled_dot_product_attention(q, k, v, mask=mask)[0]
 
 
+_NUMPY = (
+    "array",
+    "asarray",
+    "ones",
+    "zeros",
+    "full",
+    "empty",
+    "ones_like",
+    "zeros_like",
+    "full_like",
+    "empty_like",
+    "arange",
+    "tri",
+    "tril",
+    "triu",
+    "indices",
+    "meshgrid",
+    "fromfunction",
+    "greater",
+    "less",
+    "greater_equal",
+    "less_equal",
+    "where",
+    "exp",
+    "matmul",
+    "einsum",
+    "dot",
+)
+"""The numpy functions refused while the loop runs: the size recorder sees PyTorch's
+allocations only, so a mask or scores built in numpy would escape it."""
+
+
+def tile_limit(q, k, v, out, block_q: int, block_k: int) -> tuple[int, int]:
+    """(limit, tile): no tensor the loop creates may have more elements than the largest of
+    the inputs, the output and one tile of scores. The reference holds the output and one
+    ``batch × block_q × block_k`` tile; a tile computed by broadcasting
+    (``(q[..., :, None, :] * k[..., None, :, :]).sum(-1)``) needs ``× Dk`` more, and a
+    tile's ``p @ v`` is ``batch × block_q × Dv``: hence the factor max(Dk, Dv)."""
+    batch = math.prod(q.shape[:-2])
+    T, S = q.shape[-2], k.shape[-2]
+    tile = batch * min(block_q, T) * min(block_k, S) * max(q.shape[-1], v.shape[-1])
+    return max(q.numel(), k.numel(), v.numel(), out.numel(), tile), tile
+
+
+def _expect_tiles(largest, what, q, k, v, out, block_q: int, block_k: int) -> None:
+    T, S = q.shape[-2], k.shape[-2]
+    limit, tile = tile_limit(q, k, v, out, block_q, block_k)
+    if largest.elements <= limit:
+        return
+    found = dict(
+        elements=largest.elements,
+        shape=fmt_shape(largest.shape),
+        dtype=largest.dtype.replace("torch.", ""),
+        op=largest.op,
+    )
+    if largest.elements >= T * S:
+        raise CaseFailed(f"{what}: " + FULL_SCORES.format(**found, T=T, S=S, limit=T * S))
+    message = f"{what}: " + TILE_LIMIT.format(**found, limit=limit, tile=tile)
+    shape = tuple(largest.shape)
+    if shape[-2:] == (T, T):
+        message += WHOLE_SQUARE
+    elif len(shape) >= 2 and shape[-1] == S and shape[-2] <= block_q:
+        message += WHOLE_ROW
+    elif len(shape) >= 2 and shape[-2] == T and shape[-1] <= block_k:
+        message += WHOLE_COLUMN
+    raise CaseFailed(message)
+
+
 def _loop_case(
     candidate,
     shape,
@@ -471,8 +589,12 @@ def _loop_case(
             f"tiled_attention_loop(query {fmt_shape(q.shape)}, key {fmt_shape(k.shape)}, "
             f"value {fmt_shape(v.shape)}, block_q={block_q}, block_k={block_k}{flag})"
         )
-        targets = [(F, "scaled_dot_product_attention")]
-        with forbid_builtins(targets, _NO_BUILTIN), record_sizes() as largest:
+        with (
+            forbid_builtins([(F, "scaled_dot_product_attention")], _NO_BUILTIN),
+            forbid_builtins([(np, name) for name in _NUMPY], NO_NUMPY, package_may=True),
+            forbid_builtins([(torch, "from_numpy")], NO_NUMPY, package_may=True),
+            record_sizes() as largest,
+        ):
             got = call_student(
                 candidate,
                 q.clone(),
@@ -484,19 +606,8 @@ def _loop_case(
                 what=what,
                 arg_names=("query", "key", "value"),
             )
-        if guard and largest.elements >= T * S:
-            raise CaseFailed(
-                f"{what}: "
-                + FULL_SCORES.format(
-                    elements=largest.elements,
-                    shape=fmt_shape(largest.shape),
-                    dtype=largest.dtype.replace("torch.", ""),
-                    op=largest.op,
-                    T=T,
-                    S=S,
-                    limit=T * S,
-                )
-            )
+        if guard:
+            _expect_tiles(largest, what, q, k, v, expected, block_q, block_k)
         mistakes = _loop_mistakes(q, k, v, block_q, block_k, causal)
         expect_close(got, expected, f"the output of {what}", mistakes=mistakes)
 
@@ -519,8 +630,9 @@ values computed from the whole score matrix keep the score below 0.6."""
 def check_tiled_attention_loop(candidate) -> list[Case]:
     """Check ``tiled_attention_loop(query, key, value, block_q, block_k, causal=False)``:
     softmax(Q K^T / sqrt(d_k)) V computed one ``block_q x block_k`` tile at a time with
-    the online softmax, equal to scaled dot-product attention, and no tensor of ``T·S``
-    elements or more while it runs (the cases marked "never builds T × S")."""
+    the online softmax, equal to scaled dot-product attention; in the cases marked "never
+    builds T × S" no tensor it creates has more elements than the largest of the inputs,
+    the output and one tile (:func:`tile_limit`), and numpy is refused."""
     return [
         Case(
             "T = S = 8, blocks of 4 and 4 (they divide the lengths)",
@@ -571,16 +683,19 @@ def check_tiled_attention_loop(candidate) -> list[Case]:
             covers=frozenset({"dtype=float32"}),
         ),
         Case(
-            "never builds T × S: T = 61, S = 67, blocks of 7 and 9",
+            "never builds T × S, nor a row or column of scores: T = 61, S = 67, blocks of 7 and 9",
             _loop_case(candidate, (2, 61, 67, 4, 3), 7, 9, seed=31, guard=True),
             weight=_MEMORY,
             covers=frozenset({"never T x S"}),
         ),
         Case(
-            "never builds T × S, causal: T = 61, S = 67, blocks of 7 and 9",
-            _loop_case(candidate, (2, 61, 67, 4, 3), 7, 9, True, seed=34, guard=True),
+            "never builds T × S, causal: T = 61, S = 67 and T = 67, S = 61, blocks of 7 and 9",
+            _both(
+                _loop_case(candidate, (2, 61, 67, 4, 3), 7, 9, True, seed=34, guard=True),
+                _loop_case(candidate, (2, 67, 61, 4, 3), 7, 9, True, seed=37, guard=True),
+            ),
             weight=_MEMORY,
-            covers=frozenset({"never T x S", "causal"}),
+            covers=frozenset({"never T x S", "causal", "causal T>S"}),
         ),
     ]
 

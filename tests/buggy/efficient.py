@@ -74,6 +74,25 @@ def update_raw_exp(m, l, acc, scores, values):  # noqa: E741
     return _block(m, scores), l + p.sum(-1, keepdim=True), acc + p @ values
 
 
+def update_old_max_exponent(m, l, acc, scores, values):  # noqa: E741
+    """Takes the exponents from the OLD maximum and rescales after: e^{s - m} e^{m - m'},
+    which is e^{s} on the first block (m = -inf read as 0) and overflows near s = 1000."""
+    m_new = _block(m, scores)
+
+    def z(x):
+        return torch.where(torch.isinf(x), torch.zeros_like(x), x)
+
+    p = torch.exp(scores - z(m)) * torch.exp(z(m) - z(m_new))
+    c = torch.exp(m - z(m_new))
+    return m_new, c * l + p.sum(-1, keepdim=True), c * acc + p @ values
+
+
+def update_masked_max_zero(m, l, acc, scores, values):  # noqa: E741
+    """Right sums, but a fully masked row's maximum becomes 0 instead of staying -inf."""
+    m_new, l_new, acc_new = _good_update(m, l, acc, scores, values)
+    return torch.where(torch.isneginf(m_new), 0.0, m_new), l_new, acc_new
+
+
 # ---------------------------------------------------------------- tiled loops
 
 
@@ -172,6 +191,96 @@ def loop_full_causal_mask(query, key, value, block_q, block_k, causal=False):
     return torch.cat(out, dim=-2)
 
 
+def loop_query_blocks_only(query, key, value, block_q, block_k, causal=False):
+    """One loop, over query blocks: each block's full row of scores (block_q x S) and an
+    ordinary softmax; no key tiles, no online softmax."""
+    T, S = query.shape[-2], key.shape[-2]
+    out = []
+    for q0 in range(0, T, block_q):
+        q = query[..., q0 : q0 + block_q, :]
+        s = q @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (..., block_q, S)
+        if causal:
+            i = torch.arange(q0, q0 + q.shape[-2])[:, None]
+            s = s.masked_fill(torch.arange(S)[None, :] > i, -math.inf)
+        out.append(torch.softmax(s, dim=-1) @ value)
+    return torch.cat(out, dim=-2)
+
+
+def loop_key_blocks_only(query, key, value, block_q, block_k, causal=False):
+    """One loop, over key blocks, with all T queries at once: a T x block_k column."""
+    return _tiles(query, key, value, query.shape[-2], block_k, causal)
+
+
+def loop_numpy_mask(query, key, value, block_q, block_k, causal=False):
+    """Tiles the scores but builds the whole T x S causal mask once, in numpy."""
+    import numpy as np
+
+    T, S = query.shape[-2], key.shape[-2]
+    full = np.tril(np.ones((T, S), dtype=bool))
+    scale = 1 / math.sqrt(query.shape[-1])
+    out = []
+    for q0 in range(0, T, block_q):
+        q = query[..., q0 : q0 + block_q, :] * scale
+        m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        l = torch.zeros_like(m)  # noqa: E741
+        acc = torch.zeros((*q.shape[:-1], value.shape[-1]), dtype=q.dtype)
+        for k0 in range(0, S, block_k):
+            s = q @ key[..., k0 : k0 + block_k, :].transpose(-2, -1)
+            if causal:
+                keep = torch.from_numpy(full[q0 : q0 + block_q, k0 : k0 + block_k].copy())
+                s = s.masked_fill(~keep, -math.inf)
+            m, l, acc = _good_update(m, l, acc, s, value[..., k0 : k0 + block_k, :])  # noqa: E741
+        out.append(acc / l)
+    return torch.cat(out, dim=-2)
+
+
+def loop_square_causal_mask(query, key, value, block_q, block_k, causal=False):
+    """Builds causal_mask(T), T x T, once and pads its tiles with False where k >= T:
+    smaller than T x S when S > T, still the whole quadratic mask at once."""
+    from attention_course.masking import causal_mask
+
+    T, S = query.shape[-2], key.shape[-2]
+    full = causal_mask(T) if causal else None
+    scale = 1 / math.sqrt(query.shape[-1])
+    out = []
+    for q0 in range(0, T, block_q):
+        q = query[..., q0 : q0 + block_q, :] * scale
+        m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        l = torch.zeros_like(m)  # noqa: E741
+        acc = torch.zeros((*q.shape[:-1], value.shape[-1]), dtype=q.dtype)
+        for k0 in range(0, S, block_k):
+            s = q @ key[..., k0 : k0 + block_k, :].transpose(-2, -1)
+            if full is not None:
+                tile = full[q0 : q0 + block_q, k0 : k0 + s.shape[-1]]
+                keep = torch.zeros(s.shape[-2:], dtype=torch.bool)
+                keep[:, : tile.shape[-1]] = tile
+                s = s.masked_fill(~keep, -math.inf)
+            m, l, acc = _good_update(m, l, acc, s, value[..., k0 : k0 + block_k, :])  # noqa: E741
+        out.append(acc / l)
+    return torch.cat(out, dim=-2)
+
+
+def loop_float64_state(query, key, value, block_q, block_k, causal=False):
+    """Creates the running state in float64 whatever the input's dtype: a float32 input
+    meets a float64 state."""
+    T, S = query.shape[-2], key.shape[-2]
+    out = []
+    for q0 in range(0, T, block_q):
+        q = query[..., q0 : q0 + block_q, :] / math.sqrt(query.shape[-1])
+        m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=torch.float64)
+        l = torch.zeros_like(m)  # noqa: E741
+        acc = torch.zeros((*q.shape[:-1], value.shape[-1]), dtype=torch.float64)
+        for k0 in range(0, S, block_k):
+            s = q @ key[..., k0 : k0 + block_k, :].transpose(-2, -1)
+            if causal:
+                i = torch.arange(q0, q0 + q.shape[-2])[:, None]
+                j = torch.arange(k0, k0 + s.shape[-1])[None, :]
+                s = s.masked_fill(j > i, -math.inf)
+            m, l, acc = _good_update(m, l, acc, s, value[..., k0 : k0 + block_k, :])  # noqa: E741
+        out.append(acc / l)
+    return torch.cat(out, dim=-2)
+
+
 def loop_drops_last_key_block(query, key, value, block_q, block_k, causal=False):
     """`for k0 in range(0, S - block_k + 1, block_k)`: the last, shorter block of keys is
     never visited when block_k does not divide S."""
@@ -222,6 +331,12 @@ CATALOGUE = [
     ("online_softmax_update", "inverted factor", update_inverted_factor, "factor is inverted"),
     ("online_softmax_update", "raw exp", update_raw_exp, "of the raw scores overflows"),
     (
+        "online_softmax_update",
+        "exponents from the old maximum",
+        update_old_max_exponent,
+        "measured from the old maximum",
+    ),
+    (
         "tiled_attention_loop",
         "new max only",
         loop_new_max_only,
@@ -254,6 +369,15 @@ CATALOGUE = [
         "last, shorter block of keys",
     ),
     ("tiled_attention_loop", "causal ignored", loop_ignores_causal, "causal=True is ignored"),
+    ("tiled_attention_loop", "query blocks only", loop_query_blocks_only, "a whole row of scores"),
+    ("tiled_attention_loop", "key blocks only", loop_key_blocks_only, "a whole column of scores"),
+    ("tiled_attention_loop", "numpy mask", loop_numpy_mask, "do not use numpy"),
+    (
+        "tiled_attention_loop",
+        "causal_mask(T) at once",
+        loop_square_causal_mask,
+        "at least T·S = 67 × 61",
+    ),
     (
         "tiled_attention_loop",
         "calls F.scaled_dot_product_attention",

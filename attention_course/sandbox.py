@@ -554,6 +554,10 @@ class _forbidden:
                     return _original(*args, **kwargs)
                 raise _error(_message)
 
+            # One code object per refused function: the grader's watch for answer built-ins
+            # knows a function by its code, and guards sharing one code would all count
+            # as the first (a numpy function refused as F.scaled_dot_product_attention).
+            guard.__code__ = guard.__code__.replace(co_name=f"refused_{module_name}_{attr}")
             self.saved.append((owner, attr, original))
             setattr(owner, attr, guard)
 

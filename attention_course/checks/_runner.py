@@ -330,6 +330,9 @@ def forbid_builtins(targets: list[tuple[object, str]], message: str, *, package_
             raise BuiltinNotAllowed(text)
 
         forbidden.refusal = (BuiltinNotAllowed.__name__, text)
+        # its own code object (a watch for answer built-ins knows functions by their code)
+        name = "refused_" + "".join(c if c.isalnum() else "_" for c in shown)
+        forbidden.__code__ = forbidden.__code__.replace(co_name=name)
         return forbidden
 
     saved = [(owner, attr, getattr(owner, attr)) for owner, attr in targets]

@@ -52,6 +52,7 @@ def test_references_pass():
         (buggy.update_inverted_factor, messages.RESCALE_INVERTED),
         (buggy.update_raw_exp, messages.RAW_EXP),
         (buggy.update_old_max_exponent, messages.OLD_MAX_EXPONENT),
+        (buggy.update_masked_as_lowest, messages.MASKED_AS_LOWEST),
     ],
     ids=lambda x: getattr(x, "__name__", "message"),
 )
@@ -70,6 +71,9 @@ def test_each_update_mistake_is_named(impl, message):
         (buggy.loop_starts_at_zero, messages.INIT_ZERO),
         (buggy.loop_drops_last_key_block, messages.LAST_KEY_BLOCK_DROPPED),
         (buggy.loop_ignores_causal, messages.CAUSAL_IGNORED),
+        (buggy.loop_drops_last_query_block, messages.LAST_QUERY_BLOCK_DROPPED),
+        (buggy.loop_scales_by_dv, messages.SCALE_DV),
+        (buggy.loop_returns_acc_divided_inside, messages.DIVIDED_TOO_EARLY),
     ],
     ids=lambda x: getattr(x, "__name__", "message"),
 )
@@ -246,6 +250,19 @@ def test_the_kv_cache_answer_is_derived_and_accepts_numpy_and_tensors():
     # the encoder's 12 layers and d_ff = 2048 for d_model both give 4 times the answer
     four = _first_failure(check_quiz("12.kv_cache_bytes", lambda: bytes_ * 4))
     assert "d_ff" in four and "encoder's 12 layers" in four, four
+    # the other slips the student made get their cause, not "not the right count"
+    for wrong, phrase in (
+        (bytes_ // 8, "one head's share"),
+        (bytes_ // 16, "one sentence's cache"),
+        (bytes_ // 3, "one layer's cache"),
+        (bytes_ // 1024, "KiB"),
+        (2 * 16 * 512 * 2 * (3 * 30 + 12 * 40), "encoder's 12 layers cache nothing"),
+        (2 * 16 * 512 * 2 * (15 * 30 + 3 * 40), "encoder's 12 layers cache nothing"),
+        (2 * 3 * 16 * 512 * 2 * (31 + 40), "not 31"),
+        (2 * 3 * 16 * 512 * 2 * 80, "different lengths"),
+        (2 * 3 * 16 * 512 * 2 * 100, "not 30 + 70"),
+    ):
+        assert phrase in _first_failure(check_quiz("12.kv_cache_bytes", lambda w=wrong: w))
 
 
 def test_merge_halves_answer_is_what_the_update_computes():

@@ -61,6 +61,13 @@ OLD_MAX_EXPONENT = (
     "raises the maximum, so it overflows for large scores (inf * 0 = NaN); take "
     "p = e^{s - m'} with m' = max(m, max_j s_j), every exponent at most 0"
 )
+MASKED_AS_LOWEST = (
+    "a fully masked row counts its masked keys: with the masked scores replaced by the "
+    "dtype's most negative number, a block that is all masked has m' equal to that number "
+    "and e^{s - m'} = e^0 = 1 for every masked key, so l' = Sb instead of 0; keep masked "
+    "scores at -inf (their e^{s - m'} is then 0) and take the exponents relative to 0 "
+    "where m' is -inf"
+)
 RAW_EXP = (
     "e^{s} of the raw scores overflows: subtract the running maximum first, p = e^{s - m'}, "
     "so that every exponent is at most 0"
@@ -73,6 +80,15 @@ INIT_ZERO = (
 NO_SCALE = (
     "the scores are not scaled by 1/sqrt(d_k): multiply q @ k^T by 1/sqrt(d_k), d_k = "
     "query.shape[-1] (chapter 4)"
+)
+LAST_QUERY_BLOCK_DROPPED = (
+    "the last, shorter block of queries is left out: when block_q does not divide T, the "
+    "loop must still visit the final T % block_q queries, `for q0 in range(0, T, block_q)` "
+    "with the slice `q0 : q0 + block_q`"
+)
+SCALE_DV = (
+    "the scores are scaled by 1/sqrt(Dv), the values' width: the scale is 1/sqrt(d_k), "
+    "d_k = query.shape[-1] (the width of the queries and keys whose dot product it tames)"
 )
 LAST_KEY_BLOCK_DROPPED = (
     "the last, shorter block of keys is left out: when block_k does not divide S, the loop "
@@ -149,6 +165,15 @@ def _update_variant(rescale_l=True, rescale_acc=True, divide=False, block_max=Fa
     return update
 
 
+def _masked_as_lowest(m, l, acc, s, v):  # noqa: E741
+    """Masked scores replaced by the dtype's most negative number before the update."""
+    s = s.clamp_min(torch.finfo(s.dtype).min)
+    m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+    shift = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
+    p, c = torch.exp(s - shift), torch.exp(m - shift)
+    return m_new, c * l + p.sum(dim=-1, keepdim=True), c * acc + p @ v
+
+
 def _raw_exp(m, l, acc, s, v):  # noqa: E741
     """Exponents of the raw scores, no maximum subtracted: overflows for large scores."""
     m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
@@ -185,6 +210,7 @@ UPDATE_MISTAKES = [
     (RESCALE_INVERTED, _update_variant(flip=True)),
     (MASKED_BLOCK_NAN, _nan_on_masked),
     (OLD_MAX_EXPONENT, _old_max_exponent),
+    (MASKED_AS_LOWEST, _masked_as_lowest),
     (RAW_EXP, _raw_exp),
 ]
 
@@ -221,6 +247,7 @@ def _diagnose(got, inputs, expected, dtype, mistakes) -> str | None:
             wrong = update(*inputs)
         except Exception:  # noqa: BLE001
             continue
+        wrong = (_accept_lowest(wrong[0]), *wrong[1:])  # as the candidate's m is read
         if _triple_matches(wrong, expected, dtype):
             continue  # this mistake gives the right answer here: it says nothing
         if _triple_matches(got, wrong, dtype):
@@ -435,14 +462,17 @@ def _loop(
     local_causal=False,
     strict=False,
     divide_inside=False,
+    final_divide=True,
+    queries_to=None,
+    scale_dim=None,
 ):
     """A tiled loop with one known mistake (the reference when every option is default)."""
     update = update or ref.online_softmax_update
     T, S = query.shape[-2], key.shape[-2]
     S_used = S if keys_to is None else keys_to
-    factor = 1.0 / math.sqrt(query.shape[-1]) if scale else 1.0
+    factor = 1.0 / math.sqrt(scale_dim or query.shape[-1]) if scale else 1.0
     outputs = []
-    for q0 in range(0, T, block_q):
+    for q0 in range(0, T if queries_to is None else queries_to, block_q):
         q = query[..., q0 : q0 + block_q, :] * factor
         Tb = q.shape[-2]
         m = torch.full((*q.shape[:-1], 1), init, dtype=q.dtype)
@@ -457,13 +487,13 @@ def _loop(
             m, l, acc = update(m, l, acc, s, value[..., k0 : k0 + block_k, :])  # noqa: E741
             if divide_inside:
                 acc = acc / l
-        outputs.append(acc / l)
+        outputs.append(acc / l if final_divide else acc)
     return torch.cat(outputs, dim=-2)
 
 
 def _loop_mistakes(q, k, v, block_q, block_k, causal):
     args = (q, k, v, block_q, block_k, causal)
-    S = k.shape[-2]
+    T, S = q.shape[-2], k.shape[-2]
     found = [(INIT_ZERO, lambda: _loop(*args, init=0.0))]
     found += [
         (description, lambda update=update: _loop(*args, update=update))
@@ -472,7 +502,10 @@ def _loop_mistakes(q, k, v, block_q, block_k, causal):
     ]
     found += [
         (DIVIDED_TOO_EARLY, lambda: _loop(*args, divide_inside=True)),
+        (DIVIDED_TOO_EARLY, lambda: _loop(*args, divide_inside=True, final_divide=False)),
+        (LAST_QUERY_BLOCK_DROPPED, lambda: _loop(*args, queries_to=T // block_q * block_q)),
         (NO_SCALE, lambda: _loop(*args, scale=False)),
+        (SCALE_DV, lambda: _loop(*args, scale_dim=v.shape[-1])),
         (LAST_KEY_BLOCK_DROPPED, lambda: _loop(*args, keys_to=S // block_k * block_k)),
     ]
     if causal:

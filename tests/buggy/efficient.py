@@ -93,6 +93,12 @@ def update_masked_max_zero(m, l, acc, scores, values):  # noqa: E741
     return torch.where(torch.isneginf(m_new), 0.0, m_new), l_new, acc_new
 
 
+def update_masked_as_lowest(m, l, acc, scores, values):  # noqa: E741
+    """Clamps the scores to the dtype's most negative number "to avoid -inf": a fully
+    masked block then counts every masked key, e^{min - min} = 1."""
+    return _good_update(m, l, acc, scores.clamp_min(torch.finfo(scores.dtype).min), values)
+
+
 # ---------------------------------------------------------------- tiled loops
 
 
@@ -103,7 +109,18 @@ def _good_update(m, l, acc, s, v):  # noqa: E741
     return m_new, c * l + p.sum(-1, keepdim=True), c * acc + p @ v
 
 
-def _tiles(query, key, value, block_q, block_k, causal, *, update=_good_update, start=-math.inf):
+def _tiles(
+    query,
+    key,
+    value,
+    block_q,
+    block_k,
+    causal,
+    *,
+    update=_good_update,
+    start=-math.inf,
+    divide=True,
+):
     T, S = query.shape[-2], key.shape[-2]
     out = []
     for q0 in range(0, T, block_q):
@@ -119,7 +136,7 @@ def _tiles(query, key, value, block_q, block_k, causal, *, update=_good_update, 
                 j = torch.arange(k0, k0 + s.shape[-1])[None, :]
                 s = s.masked_fill(j > i, -math.inf)
             m, l, acc = update(m, l, acc, s, value[..., k0 : k0 + block_k, :])  # noqa: E741
-        out.append(acc / l)
+        out.append(acc / l if divide else acc)
     return torch.cat(out, dim=-2)
 
 
@@ -281,6 +298,30 @@ def loop_float64_state(query, key, value, block_q, block_k, causal=False):
     return torch.cat(out, dim=-2)
 
 
+def loop_drops_last_query_block(query, key, value, block_q, block_k, causal=False):
+    """`for q0 in range(0, T - block_q + 1, block_q)`: the last, shorter block of queries
+    is never visited (the output has fewer rows)."""
+    kept = query.shape[-2] // block_q * block_q
+    return _tiles(query[..., :kept, :], key, value, block_q, block_k, causal)
+
+
+def loop_scales_by_dv(query, key, value, block_q, block_k, causal=False):
+    """Scales the scores by 1/sqrt(Dv), the values' width, instead of 1/sqrt(Dk)."""
+    fix = math.sqrt(query.shape[-1] / value.shape[-1])
+    return _tiles(query * fix, key, value, block_q, block_k, causal)
+
+
+def loop_returns_acc_divided_inside(query, key, value, block_q, block_k, causal=False):
+    """Sets acc = acc / l after every update and returns acc (no division at the end)."""
+
+    def update(m, l, acc, s, v):  # noqa: E741
+        m, l, acc = _good_update(m, l, acc, s, v)  # noqa: E741
+        return m, l, acc / l
+
+    out = _tiles(query, key, value, block_q, block_k, causal, update=update, divide=False)
+    return out
+
+
 def loop_drops_last_key_block(query, key, value, block_q, block_k, causal=False):
     """`for k0 in range(0, S - block_k + 1, block_k)`: the last, shorter block of keys is
     never visited when block_k does not divide S."""
@@ -332,6 +373,12 @@ CATALOGUE = [
     ("online_softmax_update", "raw exp", update_raw_exp, "of the raw scores overflows"),
     (
         "online_softmax_update",
+        "masked scores clamped to the lowest number",
+        update_masked_as_lowest,
+        "counts its masked keys",
+    ),
+    (
+        "online_softmax_update",
         "exponents from the old maximum",
         update_old_max_exponent,
         "measured from the old maximum",
@@ -372,6 +419,19 @@ CATALOGUE = [
     ("tiled_attention_loop", "query blocks only", loop_query_blocks_only, "a whole row of scores"),
     ("tiled_attention_loop", "key blocks only", loop_key_blocks_only, "a whole column of scores"),
     ("tiled_attention_loop", "numpy mask", loop_numpy_mask, "do not use numpy"),
+    (
+        "tiled_attention_loop",
+        "last query block dropped",
+        loop_drops_last_query_block,
+        "last, shorter block of queries",
+    ),
+    ("tiled_attention_loop", "scaled by sqrt(Dv)", loop_scales_by_dv, "1/sqrt(Dv)"),
+    (
+        "tiled_attention_loop",
+        "acc divided inside, returned",
+        loop_returns_acc_divided_inside,
+        "divided by l too early",
+    ),
     (
         "tiled_attention_loop",
         "causal_mask(T) at once",

@@ -53,6 +53,7 @@ def test_references_pass():
         (buggy.update_raw_exp, messages.RAW_EXP),
         (buggy.update_old_max_exponent, messages.OLD_MAX_EXPONENT),
         (buggy.update_masked_as_lowest, messages.MASKED_AS_LOWEST),
+        (buggy.update_masked_max_zero, messages.MASKED_MAX_ZERO),
     ],
     ids=lambda x: getattr(x, "__name__", "message"),
 )

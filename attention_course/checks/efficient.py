@@ -68,6 +68,12 @@ MASKED_AS_LOWEST = (
     "scores at -inf (their e^{s - m'} is then 0) and take the exponents relative to 0 "
     "where m' is -inf"
 )
+MASKED_MAX_ZERO = (
+    "a fully masked row's maximum comes back as 0: read -inf as 0 only for the shift of the "
+    "exponents (`torch.where(torch.isneginf(m_new), 0, m_new)`) and return m' = -inf itself "
+    "(or the dtype's most negative number); with m' = 0 a later block rescales the sums by "
+    "e^{0 - m''} although they measured nothing"
+)
 RAW_EXP = (
     "e^{s} of the raw scores overflows: subtract the running maximum first, p = e^{s - m'}, "
     "so that every exponent is at most 0"
@@ -174,6 +180,12 @@ def _masked_as_lowest(m, l, acc, s, v):  # noqa: E741
     return m_new, c * l + p.sum(dim=-1, keepdim=True), c * acc + p @ v
 
 
+def _masked_max_zero(m, l, acc, s, v):  # noqa: E741
+    """The right sums, but m' = 0 returned for a row that has seen only masked scores."""
+    m_new, l_new, acc_new = _update_variant()(m, l, acc, s, v)
+    return torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new), l_new, acc_new
+
+
 def _raw_exp(m, l, acc, s, v):  # noqa: E741
     """Exponents of the raw scores, no maximum subtracted: overflows for large scores."""
     m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
@@ -211,6 +223,7 @@ UPDATE_MISTAKES = [
     (MASKED_BLOCK_NAN, _nan_on_masked),
     (OLD_MAX_EXPONENT, _old_max_exponent),
     (MASKED_AS_LOWEST, _masked_as_lowest),
+    (MASKED_MAX_ZERO, _masked_max_zero),
     (RAW_EXP, _raw_exp),
 ]
 

@@ -95,13 +95,15 @@ _ERROR_HINTS = (
     ),
     (
         "expected scalar type",
-        "the checker uses float64 inputs: create new tensors with `dtype=x.dtype` "
-        "(and `device=x.device`) instead of the default float32",
+        "two dtypes meet in one operation: create new tensors with the input's "
+        "`dtype=x.dtype` (and `device=x.device`), not the default float32 nor a dtype "
+        "of your own (the checker's inputs are float64 in most cases, float32 in some)",
     ),
     (
         "same dtype",
-        "the checker uses float64 inputs: create new tensors with `dtype=x.dtype` "
-        "(and `device=x.device`) instead of the default float32",
+        "two dtypes meet in one operation: create new tensors with the input's "
+        "`dtype=x.dtype` (and `device=x.device`), not the default float32 nor a dtype "
+        "of your own (the checker's inputs are float64 in most cases, float32 in some)",
     ),
     (
         "before Module.__init__() call",
@@ -328,6 +330,9 @@ def forbid_builtins(targets: list[tuple[object, str]], message: str, *, package_
             raise BuiltinNotAllowed(text)
 
         forbidden.refusal = (BuiltinNotAllowed.__name__, text)
+        # its own code object (a watch for answer built-ins knows functions by their code)
+        name = "refused_" + "".join(c if c.isalnum() else "_" for c in shown)
+        forbidden.__code__ = forbidden.__code__.replace(co_name=name)
         return forbidden
 
     saved = [(owner, attr, getattr(owner, attr)) for owner, attr in targets]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -54,6 +55,25 @@ MASKED_BLOCK_NAN = (
     "the exponents relative to 0 instead (`torch.where(torch.isneginf(m_new), 0, m_new)`), "
     "so the row keeps l = 0 and acc = 0"
 )
+OLD_MAX_EXPONENT = (
+    "the exponents are measured from the old maximum m, not the new one m': e^{s - m} is "
+    "e^{s} on the first block (m = -inf) and has a positive exponent whenever a block "
+    "raises the maximum, so it overflows for large scores (inf * 0 = NaN); take "
+    "p = e^{s - m'} with m' = max(m, max_j s_j), every exponent at most 0"
+)
+MASKED_AS_LOWEST = (
+    "a fully masked row counts its masked keys: with the masked scores replaced by the "
+    "dtype's most negative number, a block that is all masked has m' equal to that number "
+    "and e^{s - m'} = e^0 = 1 for every masked key, so l' = Sb instead of 0; keep masked "
+    "scores at -inf (their e^{s - m'} is then 0) and take the exponents relative to 0 "
+    "where m' is -inf"
+)
+MASKED_MAX_ZERO = (
+    "a fully masked row's maximum comes back as 0: read -inf as 0 only for the shift of the "
+    "exponents (`torch.where(torch.isneginf(m_new), 0, m_new)`) and return m' = -inf itself "
+    "(or the dtype's most negative number); with m' = 0 a later block rescales the sums by "
+    "e^{0 - m''} although they measured nothing"
+)
 RAW_EXP = (
     "e^{s} of the raw scores overflows: subtract the running maximum first, p = e^{s - m'}, "
     "so that every exponent is at most 0"
@@ -66,6 +86,15 @@ INIT_ZERO = (
 NO_SCALE = (
     "the scores are not scaled by 1/sqrt(d_k): multiply q @ k^T by 1/sqrt(d_k), d_k = "
     "query.shape[-1] (chapter 4)"
+)
+LAST_QUERY_BLOCK_DROPPED = (
+    "the last, shorter block of queries is left out: when block_q does not divide T, the "
+    "loop must still visit the final T % block_q queries, `for q0 in range(0, T, block_q)` "
+    "with the slice `q0 : q0 + block_q`"
+)
+SCALE_DV = (
+    "the scores are scaled by 1/sqrt(Dv), the values' width: the scale is 1/sqrt(d_k), "
+    "d_k = query.shape[-1] (the width of the queries and keys whose dot product it tames)"
 )
 LAST_KEY_BLOCK_DROPPED = (
     "the last, shorter block of keys is left out: when block_k does not divide S, the loop "
@@ -88,6 +117,30 @@ FULL_SCORES = (
     "at least T·S = {T} × {S} = {limit:,}: that is the whole score matrix (or a mask of "
     "its size) at once, which tiling exists to avoid; compute one block_q × block_k tile "
     "of scores at a time (and the causal condition from the tile's positions)"
+)
+TILE_LIMIT = (
+    "your code creates a tensor of {elements:,} elements ({shape}, {dtype}, made by {op}), "
+    "more than the {limit:,} that tiling ever needs (the largest of the inputs, the output "
+    "and one tile: batch × block_q × block_k × max(Dk, Dv) = {tile:,})"
+)
+WHOLE_ROW = (
+    ": you hold a whole row of scores (block_q × S), a loop over query blocks only with "
+    "the softmax of full rows; loop over key blocks too and fold each block_q × block_k "
+    "tile into the online-softmax state"
+)
+WHOLE_COLUMN = (
+    ": you hold a whole column of scores (T × block_k), all T queries at once against one "
+    "block of keys; loop over query blocks too, block_q rows at a time"
+)
+WHOLE_SQUARE = (
+    ": a T × T matrix (a causal_mask(T), say) is as quadratic as the scores, even when it "
+    "is smaller than T × S; build the mask of each tile from its positions (two "
+    "`torch.arange`)"
+)
+NO_NUMPY = (
+    "do not use numpy in tiled_attention_loop: compute in PyTorch, because the size of "
+    "every tensor your loop creates is part of the check (a T × S mask or score matrix in "
+    "numpy, or in a Python list, is still the whole matrix)"
 )
 
 _NO_BUILTIN = (
@@ -118,11 +171,39 @@ def _update_variant(rescale_l=True, rescale_acc=True, divide=False, block_max=Fa
     return update
 
 
+def _masked_as_lowest(m, l, acc, s, v):  # noqa: E741
+    """Masked scores replaced by the dtype's most negative number before the update."""
+    s = s.clamp_min(torch.finfo(s.dtype).min)
+    m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+    shift = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
+    p, c = torch.exp(s - shift), torch.exp(m - shift)
+    return m_new, c * l + p.sum(dim=-1, keepdim=True), c * acc + p @ v
+
+
+def _masked_max_zero(m, l, acc, s, v):  # noqa: E741
+    """The right sums, but m' = 0 returned for a row that has seen only masked scores."""
+    m_new, l_new, acc_new = _update_variant()(m, l, acc, s, v)
+    return torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new), l_new, acc_new
+
+
 def _raw_exp(m, l, acc, s, v):  # noqa: E741
     """Exponents of the raw scores, no maximum subtracted: overflows for large scores."""
     m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
     p = torch.exp(s)
     return m_new, l + p.sum(dim=-1, keepdim=True), acc + p @ v
+
+
+def _old_max_exponent(m, l, acc, s, v):  # noqa: E741
+    """Exponents taken from the old maximum, rescaled afterwards: e^{s - m} e^{m - m'}
+    (with -inf read as 0), e^{s} on the first block, NaN once e^{s - m} overflows."""
+    m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+
+    def z(x):
+        return torch.where(torch.isinf(x), torch.zeros_like(x), x)
+
+    p = torch.exp(s - z(m)) * torch.exp(z(m) - z(m_new))
+    c = torch.exp(m - z(m_new))
+    return m_new, c * l + p.sum(dim=-1, keepdim=True), c * acc + p @ v
 
 
 def _nan_on_masked(m, l, acc, s, v):  # noqa: E741
@@ -140,6 +221,9 @@ UPDATE_MISTAKES = [
     (BLOCK_MAX_ONLY, _update_variant(block_max=True)),
     (RESCALE_INVERTED, _update_variant(flip=True)),
     (MASKED_BLOCK_NAN, _nan_on_masked),
+    (OLD_MAX_EXPONENT, _old_max_exponent),
+    (MASKED_AS_LOWEST, _masked_as_lowest),
+    (MASKED_MAX_ZERO, _masked_max_zero),
     (RAW_EXP, _raw_exp),
 ]
 
@@ -176,6 +260,7 @@ def _diagnose(got, inputs, expected, dtype, mistakes) -> str | None:
             wrong = update(*inputs)
         except Exception:  # noqa: BLE001
             continue
+        wrong = (_accept_lowest(wrong[0]), *wrong[1:])  # as the candidate's m is read
         if _triple_matches(wrong, expected, dtype):
             continue  # this mistake gives the right answer here: it says nothing
         if _triple_matches(got, wrong, dtype):
@@ -349,6 +434,11 @@ def check_online_softmax_update(candidate) -> list[Case]:
             covers=frozenset({"large scores"}),
         ),
         Case(
+            "scores near 1,000 from the start state (m = -inf): every exponent is at most 0",
+            _update_case(candidate, _start(T, Dv), bigger, v1),
+            covers=frozenset({"large scores"}),
+        ),
+        Case(
             "a batch (2, T, Sb) in float32: the result keeps float32",
             _update_case(candidate, b_state, b_scores, randn(2, 4, 3, seed=18).float()),
             covers=frozenset({"batch", "dtype=float32"}),
@@ -385,14 +475,17 @@ def _loop(
     local_causal=False,
     strict=False,
     divide_inside=False,
+    final_divide=True,
+    queries_to=None,
+    scale_dim=None,
 ):
     """A tiled loop with one known mistake (the reference when every option is default)."""
     update = update or ref.online_softmax_update
     T, S = query.shape[-2], key.shape[-2]
     S_used = S if keys_to is None else keys_to
-    factor = 1.0 / math.sqrt(query.shape[-1]) if scale else 1.0
+    factor = 1.0 / math.sqrt(scale_dim or query.shape[-1]) if scale else 1.0
     outputs = []
-    for q0 in range(0, T, block_q):
+    for q0 in range(0, T if queries_to is None else queries_to, block_q):
         q = query[..., q0 : q0 + block_q, :] * factor
         Tb = q.shape[-2]
         m = torch.full((*q.shape[:-1], 1), init, dtype=q.dtype)
@@ -407,13 +500,13 @@ def _loop(
             m, l, acc = update(m, l, acc, s, value[..., k0 : k0 + block_k, :])  # noqa: E741
             if divide_inside:
                 acc = acc / l
-        outputs.append(acc / l)
+        outputs.append(acc / l if final_divide else acc)
     return torch.cat(outputs, dim=-2)
 
 
 def _loop_mistakes(q, k, v, block_q, block_k, causal):
     args = (q, k, v, block_q, block_k, causal)
-    S = k.shape[-2]
+    T, S = q.shape[-2], k.shape[-2]
     found = [(INIT_ZERO, lambda: _loop(*args, init=0.0))]
     found += [
         (description, lambda update=update: _loop(*args, update=update))
@@ -422,7 +515,10 @@ def _loop_mistakes(q, k, v, block_q, block_k, causal):
     ]
     found += [
         (DIVIDED_TOO_EARLY, lambda: _loop(*args, divide_inside=True)),
+        (DIVIDED_TOO_EARLY, lambda: _loop(*args, divide_inside=True, final_divide=False)),
+        (LAST_QUERY_BLOCK_DROPPED, lambda: _loop(*args, queries_to=T // block_q * block_q)),
         (NO_SCALE, lambda: _loop(*args, scale=False)),
+        (SCALE_DV, lambda: _loop(*args, scale_dim=v.shape[-1])),
         (LAST_KEY_BLOCK_DROPPED, lambda: _loop(*args, keys_to=S // block_k * block_k)),
     ]
     if causal:
@@ -438,6 +534,74 @@ def _expected(q, k, v, causal):
     T, S = q.shape[-2], k.shape[-2]
     mask = torch.ones(T, S, dtype=torch.bool).tril() if causal else None
     return attention_ref.scaled_dot_product_attention(q, k, v, mask=mask)[0]
+
+
+_NUMPY = (
+    "array",
+    "asarray",
+    "ones",
+    "zeros",
+    "full",
+    "empty",
+    "ones_like",
+    "zeros_like",
+    "full_like",
+    "empty_like",
+    "arange",
+    "tri",
+    "tril",
+    "triu",
+    "indices",
+    "meshgrid",
+    "fromfunction",
+    "greater",
+    "less",
+    "greater_equal",
+    "less_equal",
+    "where",
+    "exp",
+    "matmul",
+    "einsum",
+    "dot",
+)
+"""The numpy functions refused while the loop runs: the size recorder sees PyTorch's
+allocations only, so a mask or scores built in numpy would escape it."""
+
+
+def tile_limit(q, k, v, out, block_q: int, block_k: int) -> tuple[int, int]:
+    """(limit, tile): no tensor the loop creates may have more elements than the largest of
+    the inputs, the output and one tile of scores. The reference holds the output and one
+    ``batch × block_q × block_k`` tile; a tile computed by broadcasting
+    (``(q[..., :, None, :] * k[..., None, :, :]).sum(-1)``) needs ``× Dk`` more, and a
+    tile's ``p @ v`` is ``batch × block_q × Dv``: hence the factor max(Dk, Dv)."""
+    batch = math.prod(q.shape[:-2])
+    T, S = q.shape[-2], k.shape[-2]
+    tile = batch * min(block_q, T) * min(block_k, S) * max(q.shape[-1], v.shape[-1])
+    return max(q.numel(), k.numel(), v.numel(), out.numel(), tile), tile
+
+
+def _expect_tiles(largest, what, q, k, v, out, block_q: int, block_k: int) -> None:
+    T, S = q.shape[-2], k.shape[-2]
+    limit, tile = tile_limit(q, k, v, out, block_q, block_k)
+    if largest.elements <= limit:
+        return
+    found = dict(
+        elements=largest.elements,
+        shape=fmt_shape(largest.shape),
+        dtype=largest.dtype.replace("torch.", ""),
+        op=largest.op,
+    )
+    if largest.elements >= T * S:
+        raise CaseFailed(f"{what}: " + FULL_SCORES.format(**found, T=T, S=S, limit=T * S))
+    message = f"{what}: " + TILE_LIMIT.format(**found, limit=limit, tile=tile)
+    shape = tuple(largest.shape)
+    if shape[-2:] == (T, T):
+        message += WHOLE_SQUARE
+    elif len(shape) >= 2 and shape[-1] == S and shape[-2] <= block_q:
+        message += WHOLE_ROW
+    elif len(shape) >= 2 and shape[-2] == T and shape[-1] <= block_k:
+        message += WHOLE_COLUMN
+    raise CaseFailed(message)
 
 
 def _loop_case(
@@ -471,8 +635,12 @@ def _loop_case(
             f"tiled_attention_loop(query {fmt_shape(q.shape)}, key {fmt_shape(k.shape)}, "
             f"value {fmt_shape(v.shape)}, block_q={block_q}, block_k={block_k}{flag})"
         )
-        targets = [(F, "scaled_dot_product_attention")]
-        with forbid_builtins(targets, _NO_BUILTIN), record_sizes() as largest:
+        with (
+            forbid_builtins([(F, "scaled_dot_product_attention")], _NO_BUILTIN),
+            forbid_builtins([(np, name) for name in _NUMPY], NO_NUMPY, package_may=True),
+            forbid_builtins([(torch, "from_numpy")], NO_NUMPY, package_may=True),
+            record_sizes() as largest,
+        ):
             got = call_student(
                 candidate,
                 q.clone(),
@@ -484,19 +652,8 @@ def _loop_case(
                 what=what,
                 arg_names=("query", "key", "value"),
             )
-        if guard and largest.elements >= T * S:
-            raise CaseFailed(
-                f"{what}: "
-                + FULL_SCORES.format(
-                    elements=largest.elements,
-                    shape=fmt_shape(largest.shape),
-                    dtype=largest.dtype.replace("torch.", ""),
-                    op=largest.op,
-                    T=T,
-                    S=S,
-                    limit=T * S,
-                )
-            )
+        if guard:
+            _expect_tiles(largest, what, q, k, v, expected, block_q, block_k)
         mistakes = _loop_mistakes(q, k, v, block_q, block_k, causal)
         expect_close(got, expected, f"the output of {what}", mistakes=mistakes)
 
@@ -519,8 +676,9 @@ values computed from the whole score matrix keep the score below 0.6."""
 def check_tiled_attention_loop(candidate) -> list[Case]:
     """Check ``tiled_attention_loop(query, key, value, block_q, block_k, causal=False)``:
     softmax(Q K^T / sqrt(d_k)) V computed one ``block_q x block_k`` tile at a time with
-    the online softmax, equal to scaled dot-product attention, and no tensor of ``T·S``
-    elements or more while it runs (the cases marked "never builds T × S")."""
+    the online softmax, equal to scaled dot-product attention; in the cases marked "never
+    builds T × S" no tensor it creates has more elements than the largest of the inputs,
+    the output and one tile (:func:`tile_limit`), and numpy is refused."""
     return [
         Case(
             "T = S = 8, blocks of 4 and 4 (they divide the lengths)",
@@ -571,16 +729,19 @@ def check_tiled_attention_loop(candidate) -> list[Case]:
             covers=frozenset({"dtype=float32"}),
         ),
         Case(
-            "never builds T × S: T = 61, S = 67, blocks of 7 and 9",
+            "never builds T × S, nor a row or column of scores: T = 61, S = 67, blocks of 7 and 9",
             _loop_case(candidate, (2, 61, 67, 4, 3), 7, 9, seed=31, guard=True),
             weight=_MEMORY,
             covers=frozenset({"never T x S"}),
         ),
         Case(
-            "never builds T × S, causal: T = 61, S = 67, blocks of 7 and 9",
-            _loop_case(candidate, (2, 61, 67, 4, 3), 7, 9, True, seed=34, guard=True),
+            "never builds T × S, causal: T = 61, S = 67 and T = 67, S = 61, blocks of 7 and 9",
+            _both(
+                _loop_case(candidate, (2, 61, 67, 4, 3), 7, 9, True, seed=34, guard=True),
+                _loop_case(candidate, (2, 67, 61, 4, 3), 7, 9, True, seed=37, guard=True),
+            ),
             weight=_MEMORY,
-            covers=frozenset({"never T x S", "causal"}),
+            covers=frozenset({"never T x S", "causal", "causal T>S"}),
         ),
     ]
 

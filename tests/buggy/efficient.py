@@ -74,6 +74,31 @@ def update_raw_exp(m, l, acc, scores, values):  # noqa: E741
     return _block(m, scores), l + p.sum(-1, keepdim=True), acc + p @ values
 
 
+def update_old_max_exponent(m, l, acc, scores, values):  # noqa: E741
+    """Takes the exponents from the OLD maximum and rescales after: e^{s - m} e^{m - m'},
+    which is e^{s} on the first block (m = -inf read as 0) and overflows near s = 1000."""
+    m_new = _block(m, scores)
+
+    def z(x):
+        return torch.where(torch.isinf(x), torch.zeros_like(x), x)
+
+    p = torch.exp(scores - z(m)) * torch.exp(z(m) - z(m_new))
+    c = torch.exp(m - z(m_new))
+    return m_new, c * l + p.sum(-1, keepdim=True), c * acc + p @ values
+
+
+def update_masked_max_zero(m, l, acc, scores, values):  # noqa: E741
+    """Right sums, but a fully masked row's maximum becomes 0 instead of staying -inf."""
+    m_new, l_new, acc_new = _good_update(m, l, acc, scores, values)
+    return torch.where(torch.isneginf(m_new), 0.0, m_new), l_new, acc_new
+
+
+def update_masked_as_lowest(m, l, acc, scores, values):  # noqa: E741
+    """Clamps the scores to the dtype's most negative number "to avoid -inf": a fully
+    masked block then counts every masked key, e^{min - min} = 1."""
+    return _good_update(m, l, acc, scores.clamp_min(torch.finfo(scores.dtype).min), values)
+
+
 # ---------------------------------------------------------------- tiled loops
 
 
@@ -84,7 +109,18 @@ def _good_update(m, l, acc, s, v):  # noqa: E741
     return m_new, c * l + p.sum(-1, keepdim=True), c * acc + p @ v
 
 
-def _tiles(query, key, value, block_q, block_k, causal, *, update=_good_update, start=-math.inf):
+def _tiles(
+    query,
+    key,
+    value,
+    block_q,
+    block_k,
+    causal,
+    *,
+    update=_good_update,
+    start=-math.inf,
+    divide=True,
+):
     T, S = query.shape[-2], key.shape[-2]
     out = []
     for q0 in range(0, T, block_q):
@@ -100,7 +136,7 @@ def _tiles(query, key, value, block_q, block_k, causal, *, update=_good_update, 
                 j = torch.arange(k0, k0 + s.shape[-1])[None, :]
                 s = s.masked_fill(j > i, -math.inf)
             m, l, acc = update(m, l, acc, s, value[..., k0 : k0 + block_k, :])  # noqa: E741
-        out.append(acc / l)
+        out.append(acc / l if divide else acc)
     return torch.cat(out, dim=-2)
 
 
@@ -172,6 +208,120 @@ def loop_full_causal_mask(query, key, value, block_q, block_k, causal=False):
     return torch.cat(out, dim=-2)
 
 
+def loop_query_blocks_only(query, key, value, block_q, block_k, causal=False):
+    """One loop, over query blocks: each block's full row of scores (block_q x S) and an
+    ordinary softmax; no key tiles, no online softmax."""
+    T, S = query.shape[-2], key.shape[-2]
+    out = []
+    for q0 in range(0, T, block_q):
+        q = query[..., q0 : q0 + block_q, :]
+        s = q @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (..., block_q, S)
+        if causal:
+            i = torch.arange(q0, q0 + q.shape[-2])[:, None]
+            s = s.masked_fill(torch.arange(S)[None, :] > i, -math.inf)
+        out.append(torch.softmax(s, dim=-1) @ value)
+    return torch.cat(out, dim=-2)
+
+
+def loop_key_blocks_only(query, key, value, block_q, block_k, causal=False):
+    """One loop, over key blocks, with all T queries at once: a T x block_k column."""
+    return _tiles(query, key, value, query.shape[-2], block_k, causal)
+
+
+def loop_numpy_mask(query, key, value, block_q, block_k, causal=False):
+    """Tiles the scores but builds the whole T x S causal mask once, in numpy."""
+    import numpy as np
+
+    T, S = query.shape[-2], key.shape[-2]
+    full = np.tril(np.ones((T, S), dtype=bool))
+    scale = 1 / math.sqrt(query.shape[-1])
+    out = []
+    for q0 in range(0, T, block_q):
+        q = query[..., q0 : q0 + block_q, :] * scale
+        m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        l = torch.zeros_like(m)  # noqa: E741
+        acc = torch.zeros((*q.shape[:-1], value.shape[-1]), dtype=q.dtype)
+        for k0 in range(0, S, block_k):
+            s = q @ key[..., k0 : k0 + block_k, :].transpose(-2, -1)
+            if causal:
+                keep = torch.from_numpy(full[q0 : q0 + block_q, k0 : k0 + block_k].copy())
+                s = s.masked_fill(~keep, -math.inf)
+            m, l, acc = _good_update(m, l, acc, s, value[..., k0 : k0 + block_k, :])  # noqa: E741
+        out.append(acc / l)
+    return torch.cat(out, dim=-2)
+
+
+def loop_square_causal_mask(query, key, value, block_q, block_k, causal=False):
+    """Builds causal_mask(T), T x T, once and pads its tiles with False where k >= T:
+    smaller than T x S when S > T, still the whole quadratic mask at once."""
+    from attention_course.masking import causal_mask
+
+    T, S = query.shape[-2], key.shape[-2]
+    full = causal_mask(T) if causal else None
+    scale = 1 / math.sqrt(query.shape[-1])
+    out = []
+    for q0 in range(0, T, block_q):
+        q = query[..., q0 : q0 + block_q, :] * scale
+        m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        l = torch.zeros_like(m)  # noqa: E741
+        acc = torch.zeros((*q.shape[:-1], value.shape[-1]), dtype=q.dtype)
+        for k0 in range(0, S, block_k):
+            s = q @ key[..., k0 : k0 + block_k, :].transpose(-2, -1)
+            if full is not None:
+                tile = full[q0 : q0 + block_q, k0 : k0 + s.shape[-1]]
+                keep = torch.zeros(s.shape[-2:], dtype=torch.bool)
+                keep[:, : tile.shape[-1]] = tile
+                s = s.masked_fill(~keep, -math.inf)
+            m, l, acc = _good_update(m, l, acc, s, value[..., k0 : k0 + block_k, :])  # noqa: E741
+        out.append(acc / l)
+    return torch.cat(out, dim=-2)
+
+
+def loop_float64_state(query, key, value, block_q, block_k, causal=False):
+    """Creates the running state in float64 whatever the input's dtype: a float32 input
+    meets a float64 state."""
+    T, S = query.shape[-2], key.shape[-2]
+    out = []
+    for q0 in range(0, T, block_q):
+        q = query[..., q0 : q0 + block_q, :] / math.sqrt(query.shape[-1])
+        m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=torch.float64)
+        l = torch.zeros_like(m)  # noqa: E741
+        acc = torch.zeros((*q.shape[:-1], value.shape[-1]), dtype=torch.float64)
+        for k0 in range(0, S, block_k):
+            s = q @ key[..., k0 : k0 + block_k, :].transpose(-2, -1)
+            if causal:
+                i = torch.arange(q0, q0 + q.shape[-2])[:, None]
+                j = torch.arange(k0, k0 + s.shape[-1])[None, :]
+                s = s.masked_fill(j > i, -math.inf)
+            m, l, acc = _good_update(m, l, acc, s, value[..., k0 : k0 + block_k, :])  # noqa: E741
+        out.append(acc / l)
+    return torch.cat(out, dim=-2)
+
+
+def loop_drops_last_query_block(query, key, value, block_q, block_k, causal=False):
+    """`for q0 in range(0, T - block_q + 1, block_q)`: the last, shorter block of queries
+    is never visited (the output has fewer rows)."""
+    kept = query.shape[-2] // block_q * block_q
+    return _tiles(query[..., :kept, :], key, value, block_q, block_k, causal)
+
+
+def loop_scales_by_dv(query, key, value, block_q, block_k, causal=False):
+    """Scales the scores by 1/sqrt(Dv), the values' width, instead of 1/sqrt(Dk)."""
+    fix = math.sqrt(query.shape[-1] / value.shape[-1])
+    return _tiles(query * fix, key, value, block_q, block_k, causal)
+
+
+def loop_returns_acc_divided_inside(query, key, value, block_q, block_k, causal=False):
+    """Sets acc = acc / l after every update and returns acc (no division at the end)."""
+
+    def update(m, l, acc, s, v):  # noqa: E741
+        m, l, acc = _good_update(m, l, acc, s, v)  # noqa: E741
+        return m, l, acc / l
+
+    out = _tiles(query, key, value, block_q, block_k, causal, update=update, divide=False)
+    return out
+
+
 def loop_drops_last_key_block(query, key, value, block_q, block_k, causal=False):
     """`for k0 in range(0, S - block_k + 1, block_k)`: the last, shorter block of keys is
     never visited when block_k does not divide S."""
@@ -222,6 +372,18 @@ CATALOGUE = [
     ("online_softmax_update", "inverted factor", update_inverted_factor, "factor is inverted"),
     ("online_softmax_update", "raw exp", update_raw_exp, "of the raw scores overflows"),
     (
+        "online_softmax_update",
+        "masked scores clamped to the lowest number",
+        update_masked_as_lowest,
+        "counts its masked keys",
+    ),
+    (
+        "online_softmax_update",
+        "exponents from the old maximum",
+        update_old_max_exponent,
+        "measured from the old maximum",
+    ),
+    (
         "tiled_attention_loop",
         "new max only",
         loop_new_max_only,
@@ -254,6 +416,28 @@ CATALOGUE = [
         "last, shorter block of keys",
     ),
     ("tiled_attention_loop", "causal ignored", loop_ignores_causal, "causal=True is ignored"),
+    ("tiled_attention_loop", "query blocks only", loop_query_blocks_only, "a whole row of scores"),
+    ("tiled_attention_loop", "key blocks only", loop_key_blocks_only, "a whole column of scores"),
+    ("tiled_attention_loop", "numpy mask", loop_numpy_mask, "do not use numpy"),
+    (
+        "tiled_attention_loop",
+        "last query block dropped",
+        loop_drops_last_query_block,
+        "last, shorter block of queries",
+    ),
+    ("tiled_attention_loop", "scaled by sqrt(Dv)", loop_scales_by_dv, "1/sqrt(Dv)"),
+    (
+        "tiled_attention_loop",
+        "acc divided inside, returned",
+        loop_returns_acc_divided_inside,
+        "divided by l too early",
+    ),
+    (
+        "tiled_attention_loop",
+        "causal_mask(T) at once",
+        loop_square_causal_mask,
+        "a causal_mask(T), say",
+    ),
     (
         "tiled_attention_loop",
         "calls F.scaled_dot_product_attention",

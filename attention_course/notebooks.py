@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -34,7 +36,13 @@ def kernel_manager(kernel_name: str = KERNEL_NAME) -> AsyncKernelManager:
     from jupyter_client.manager import AsyncKernelManager
 
     specs = KernelSpecManager(kernel_dirs=[]) if kernel_name == KERNEL_NAME else None
-    return AsyncKernelManager(kernel_name=kernel_name, kernel_spec_manager=specs)
+    # Local (IPC) sockets, as the grader's kernels use: no TCP port, and no "running over
+    # TCP without encryption" warning on every run. `ip` is the sockets' path prefix (the
+    # kernel adds "-<n>" and removes them at shutdown).
+    sockets = Path(tempfile.gettempdir()) / f"attention-course-kernel-{uuid.uuid4().hex}"
+    return AsyncKernelManager(
+        kernel_name=kernel_name, kernel_spec_manager=specs, transport="ipc", ip=str(sockets)
+    )
 
 
 def notebook_client(

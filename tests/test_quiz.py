@@ -94,9 +94,9 @@ def test_the_statement_of_exercise_04_states_the_tolerance():
 @pytest.mark.parametrize(
     ("question_id", "answer"),
     [
-        ("08.parameter_count", np.int64(2099712)),  # issue 18 item 8
-        ("08.parameter_count", np.prod((512, 2048)) + 2048 + 2048 * 512 + 512),
-        ("08.parameter_count", 2099712.0),
+        ("08.parameter_count", np.int64(4722432)),  # issue 18 item 8
+        ("08.parameter_count", np.prod((768, 3072)) + 3072 + 3072 * 768 + 768),
+        ("08.parameter_count", 4722432.0),
         ("06.parameter_count", torch.tensor(16640)),
         ("06.parameter_count", np.array(16640)),  # a 0-d array
         ("04.variances", (np.float32(64.0), torch.tensor(1.0))),
@@ -179,7 +179,7 @@ def test_known_wrong_shapes_get_their_hint():
 
 
 def test_a_type_is_named_only_when_the_answer_has_the_wrong_type():
-    assert message("08.parameter_count", "2099712") == 'expected an int, got the text "2099712"'
+    assert message("08.parameter_count", "4722432") == 'expected an int, got the text "4722432"'
     assert message("08.parameter_count", 2.5) == "expected an int, got the number 2.5"
     assert "got the number 2" in message("04.which_bug", 2)
     assert "got a tuple of 3" in message("02.shapes", (2, 3, 5))
@@ -604,3 +604,11 @@ def test_16_llama_swiglu_hints_and_number_types():
     assert "counts biases" in message("16.llama_swiglu", (F, R + 2 * F + 5120))
     assert "multiple of 256" in message("16.llama_swiglu", (13656, 3 * 5120 * 13656))
     assert "rounds *up*" in message("16.llama_swiglu", (13568, 3 * 5120 * 13568))
+
+
+def test_08_parameter_count_is_not_the_chapters_printed_number():
+    """Chapter 8 prints 2,099,712 for d_model = 512, d_ff = 2048: the task asks for BERT-base's
+    sizes (issue #24: a count the text prints is recall, not derivation), and the chapter's
+    number gets a hint naming the configuration it belongs to."""
+    assert "chapter's configuration" in message("08.parameter_count", 2099712)
+    assert "two linear layers" in message("08.parameter_count", 768 * 3072)

@@ -298,3 +298,30 @@ def test_first_use_of_every_glossary_term_gives_the_chinese():
         if not has_chinese
     ]
     assert missing == [], "first uses without the Chinese term:\n" + "\n".join(missing)
+
+
+def _image_cells(nb) -> list[tuple[int, dict]]:
+    return [
+        (i, c)
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code"
+        and any(k.startswith("image/") for o in c.get("outputs", []) for k in o.get("data", {}))
+    ]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "book").glob("*.ipynb")), ids=lambda p: p.name)
+def test_every_figure_cell_has_alt_text(path):
+    """myst-nb takes a figure's alt text from ``metadata.mystnb.image.alt`` of its cell;
+    without it the site's alt text is the hashed file path (``../_images/3371….png``)."""
+    nb = nbformat.read(path, as_version=4)
+    bad = []
+    for i, cell in _image_cells(nb):
+        alt = cell.metadata.get("mystnb", {}).get("image", {}).get("alt", "")
+        if (
+            not isinstance(alt, str)
+            or len(alt.split()) < 5
+            or "_images/" in alt
+            or alt.strip().lower().endswith((".png", ".svg", ".jpg", ".jpeg"))
+        ):
+            bad.append(f"cell {i}: alt={alt!r}")
+    assert bad == [], f"{path.name}: figure cells without descriptive alt text:\n" + "\n".join(bad)

@@ -11,6 +11,8 @@ For every page:
   ``\\frac``): MathJax renders only the math elements, so TeX anywhere else is
   shown raw (a ``$$`` block the Markdown parser did not recognise ends up there);
 - every ``<img>`` it references is a file of the site;
+- every ``<img>`` of a chapter page has alt text that describes the figure, not the
+  file path myst-nb falls back to (a cell without ``metadata.mystnb.image.alt``);
 - MathJax, and every other script or stylesheet, is served from the site itself:
   a page that loads it from a URL shows raw TeX offline.
 
@@ -65,6 +67,7 @@ class _Page(HTMLParser):
         self.prose: list[tuple[str, str]] = []  # (innermost tag with its class, text)
         self.math: list[str] = []
         self.images: list[str] = []
+        self.image_alts: list[tuple[str, str | None]] = []  # (src, alt; None if absent)
         self.scripts: list[str] = []
         self.stylesheets: list[str] = []
 
@@ -72,6 +75,7 @@ class _Page(HTMLParser):
         attrs = dict(attrs)
         if tag == "img":
             self.images.append(attrs.get("src") or "")
+            self.image_alts.append((attrs.get("src") or "", attrs.get("alt")))
         elif tag == "script" and attrs.get("src"):
             self.scripts.append(attrs["src"])
         elif tag == "link" and "stylesheet" in (attrs.get("rel") or "").split():
@@ -220,6 +224,29 @@ def test_chapter_titles_carry_the_chapter_number(path):
     else:
         assert shown is not None, f"{_ids(path)}'s title has no chapter number"
         assert int(shown.group(1)) == number, f"{_ids(path)} is numbered {shown.group(1)}"
+
+
+def _alt_is_a_path(alt: str) -> bool:
+    return "_images/" in alt or alt.strip().lower().endswith((".png", ".svg", ".jpg", ".jpeg"))
+
+
+def test_alt_is_a_path_recognises_the_fallback():
+    assert _alt_is_a_path("../_images/3371c4a2e0b1.png")
+    assert _alt_is_a_path("figure.SVG")
+    assert not _alt_is_a_path("Heatmap of the 8×8 causal attention weights, zeros above.")
+
+
+@pytest.mark.parametrize("path", _chapter_pages(), ids=_ids)
+def test_every_figure_has_descriptive_alt_text(path):
+    """Without ``metadata.mystnb.image.alt`` on its cell, myst-nb writes the hashed image
+    path as the alt text, which is all a screen reader (or a reader whose image failed to
+    load) gets."""
+    bad = [
+        f"{src}: alt={alt!r}"
+        for src, alt in _parse(path).image_alts
+        if alt is None or not alt.strip() or _alt_is_a_path(alt)
+    ]
+    assert bad == [], f"{_ids(path)} has images without descriptive alt text:\n" + "\n".join(bad)
 
 
 def test_code_lines_wrap_instead_of_overflowing():

@@ -180,6 +180,10 @@ def command(kernel_cmd: list[str], scratch: Scratch, package: Path | None = None
     args = [exe, "--die-with-parent", "--new-session", "--unshare-all", "--unshare-user"]
     args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "grading"]
     args += ["--cap-drop", "ALL", "--clearenv"]
+    # The sandbox's own /tmp first: a bind made later at a path under /tmp (a virtual
+    # environment in /tmp, as CI's `mktemp -d` venv is) then shows through it; bound
+    # after, the new /tmp would hide it and the kernel's Python would not be found.
+    args += ["--bind", str(scratch.tmp), "/tmp"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
@@ -191,7 +195,6 @@ def command(kernel_cmd: list[str], scratch: Scratch, package: Path | None = None
     for source, destination in _read_only_paths():
         args += ["--ro-bind", source, destination]
     args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--bind", str(scratch.tmp), "/tmp"]
     args += ["--bind", str(scratch.root), str(scratch.root)]
     args += ["--ro-bind", str(package or _package_dir()), f"{PACKAGE_MOUNT}/attention_course"]
     args += ["--chdir", str(scratch.work)]

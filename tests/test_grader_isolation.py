@@ -172,3 +172,22 @@ def test_no_sandbox_says_so_on_every_line(monkeypatch):
     assert len(lines) > 4
     assert all(line.startswith(isolation.NO_SANDBOX_WARNING) for line in lines), text
     assert any("total: 5/5" in line for line in lines)
+
+
+def test_a_python_environment_under_tmp_shows_through_the_sandboxes_tmp(monkeypatch):
+    """CI's venv lives in `mktemp -d` (under /tmp): the sandbox's own /tmp must be mounted
+    before the read-only binds, or it hides the venv and bwrap cannot find the kernel's Python
+    (every grading test failed that way on a fresh CI clone)."""
+    monkeypatch.setattr(isolation, "bwrap", lambda: "/usr/bin/bwrap")
+    monkeypatch.setattr(
+        isolation, "_read_only_paths", lambda: [("/tmp/ci/venv", "/tmp/ci/venv"), ("/usr", "/usr")]
+    )
+    scratch = isolation.Scratch()
+    try:
+        args = isolation.command(["python"], scratch)
+    finally:
+        scratch.remove()
+    pairs = list(zip(args, args[1:], args[2:]))
+    tmp_at = next(i for i, p in enumerate(pairs) if p[0] == "--bind" and p[2] == "/tmp")
+    venv_at = next(i for i, p in enumerate(pairs) if p[0] == "--ro-bind" and p[2] == "/tmp/ci/venv")
+    assert tmp_at < venv_at

@@ -281,8 +281,9 @@ def _float32_precision_hint(expected: torch.Tensor) -> Hint:
                 f"your values differ from the reference by a relative {_fmt_number(error)} "
                 "only: more than float64's rounding (about 1e-15), less than float32's "
                 "(about 1e-7); look for a small constant that the formula does not have "
-                "(an epsilon such as `+ 1e-9` in a denominator), or a constant made in float32 "
-                "(`torch.tensor(eps)` without `dtype=x.dtype`)"
+                "(an epsilon such as `+ 1e-9` in a denominator), or a constant or tensor made "
+                "in float32 (`torch.tensor(eps)`, `torch.arange(n)` or `base ** ...` without "
+                "`dtype=x.dtype`)"
             )
         if 5e-7 < error <= 1e-3:
             # Float32 rounding inside one of these computations stays near 1e-7 (4e-7 for
@@ -303,7 +304,8 @@ def _float32_precision_hint(expected: torch.Tensor) -> Hint:
                 f"error {_fmt_number(error)}; float64 arithmetic agrees to about 1e-15): the "
                 "input is float64 but the work was computed in float32 inside (`x.float()` "
                 "... `.to(x.dtype)`, `torch.tensor(...)` or a new tensor without "
-                "`dtype=x.dtype`); keep the input's dtype (float64) throughout"
+                "`dtype=x.dtype`, or float32's constants such as its epsilon "
+                "`torch.finfo(torch.float32).eps`); keep the input's dtype (float64) throughout"
             )
         return None
 

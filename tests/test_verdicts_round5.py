@@ -1,0 +1,63 @@
+"""Verdicts and messages two fresh simulated students found wrong (sets 12 to 17), pinned.
+Each test failed on the code before its fix.
+
+1. 16 RMSNorm: eps=None taken from the weight's dtype passed every case.
+2. 13 generate: an int32 tensor passed, though the task asks for a LongTensor.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from attention_course.checks import check_generate, check_rms_norm
+
+sys.path.insert(0, os.path.dirname(__file__))
+from buggy import generation as buggy_generation  # noqa: E402
+from buggy import modern as buggy_modern  # noqa: E402
+
+
+def _failures(report) -> str:
+    return "\n".join(f"{r.name}: {r.message}" for r in report.results if not r.passed)
+
+
+def _first_failure(report) -> str:
+    return next(str(r.message) for r in report.results if not r.passed)
+
+
+# ---------------------------------------------------------------- 1. 16 RMSNorm, eps=None
+
+
+def test_rms_norm_eps_from_the_weights_dtype_is_rejected_and_named():
+    report = check_rms_norm(buggy_modern.RMSNormEpsFromWeightDtype)
+    assert not report.passed, f"eps from the weight's dtype was accepted:\n{report}"
+    message = _first_failure(report)
+    assert "eps=None takes the machine epsilon of the input's dtype" in message, message
+    assert "as nn.RMSNorm does" in message, message
+
+
+def test_the_reference_semantics_are_nn_rms_norms():
+    """The new case's expectation is nn.RMSNorm's: a float32 module, a float64 input."""
+    x = 1e-3 * (
+        0.5 + torch.randn(2, 3, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    )
+    ours = __import__("attention_course").norms.RMSNorm(8)
+    theirs = torch.nn.RMSNorm(8)
+    torch.testing.assert_close(ours(x), theirs(x))
+
+
+# ---------------------------------------------------------------- 2. 13 generate, dtype
+
+
+def test_generate_returning_int32_is_rejected_and_names_long():
+    report = check_generate(buggy_generation.generate_returns_int32)
+    assert not report.passed, f"an int32 result was accepted:\n{report}"
+    message = _first_failure(report)
+    assert "torch.int32" in message and "torch.int64" in message, message
+    assert ".long()" in message and "the tokens are right" in message, message
+
+
+def test_generate_returning_int64_still_passes():
+    assert check_generate(buggy_generation.reference_generate).passed

@@ -3,6 +3,7 @@ Each test failed on the code before its fix.
 
 1. 16 RMSNorm: eps=None taken from the weight's dtype passed every case.
 2. 13 generate: an int32 tensor passed, though the task asks for a LongTensor.
+3. 12 online_softmax_update: l' of shape (T,) made the chained case crash the checker.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import sys
 
 import torch
 
-from attention_course.checks import check_generate, check_rms_norm
+from attention_course.checks import check_generate, check_online_softmax_update, check_rms_norm
 
 sys.path.insert(0, os.path.dirname(__file__))
+from buggy import efficient as buggy_efficient  # noqa: E402
 from buggy import generation as buggy_generation  # noqa: E402
 from buggy import modern as buggy_modern  # noqa: E402
 
@@ -61,3 +63,21 @@ def test_generate_returning_int32_is_rejected_and_names_long():
 
 def test_generate_returning_int64_still_passes():
     assert check_generate(buggy_generation.reference_generate).passed
+
+
+# ---------------------------------------------------------------- 3. 12 online update, shape
+
+
+def test_online_update_l_without_keepdim_is_named_in_every_case():
+    report = check_online_softmax_update(buggy_efficient.update_l_without_keepdim)
+    assert not report.passed
+    for result in report.results:
+        message = str(result.message)
+        assert not result.passed, f"{result.name} passed"
+        assert "checker itself failed" not in message, f"{result.name}: {message}"
+        if "the same failure as in the case" in message:
+            continue  # the report names a repeated failure once
+        assert "expected shape (" in message and "got (" in message, f"{result.name}: {message}"
+        assert "keepdim=True" in message, f"{result.name}: {message}"
+    last = report.results[-1]
+    assert "ten scores" in last.name and "expected shape (2, 1), got (2,)" in str(last.message)

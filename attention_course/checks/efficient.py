@@ -268,8 +268,28 @@ def _diagnose(got, inputs, expected, dtype, mistakes) -> str | None:
     return None
 
 
+def _expect_state_shapes(got, shapes, what: str) -> None:
+    """Each returned tensor of ``(m', l', acc')`` must have its shape (checked before any
+    value is used); a reduction that dropped the last axis is named."""
+    for value, shape, name in zip(got, shapes, _STATE):
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) == tuple(shape):
+            continue
+        message = (
+            f"{name}' returned by {what}: expected shape {fmt_shape(shape)}, got "
+            f"{fmt_shape(value.shape)}"
+        )
+        if name != "acc" and tuple(value.shape) == tuple(shape[:-1]):
+            message += (
+                f"\nLikely mistake: {name}' lost its last axis of size 1: m and l are "
+                "(..., T, 1), one number per query row, so reduce with keepdim=True "
+                "(`scores.amax(-1, keepdim=True)`, `p.sum(-1, keepdim=True)`) and do not squeeze"
+            )
+        raise CaseFailed(message)
+
+
 def _expect_state(got, expected, inputs, what: str) -> None:
     got = expect_tuple(got, 3, what, _STATE)
+    _expect_state_shapes(got, [t.shape for t in expected], what)
     got = (_accept_lowest(got[0]), got[1], got[2])
     dtype = expected[0].dtype
     mistake = _diagnose(got, inputs, expected, dtype, UPDATE_MISTAKES)
@@ -338,6 +358,7 @@ def _chain_case(candidate, scores, values, block: int):
             what = _update_what(state[0], s, v)
             got = call_student(candidate, *state, s.clone(), v.clone(), what=what)
             got = expect_tuple(got, 3, what, _STATE)
+            _expect_state_shapes(got, [t.shape for t in _start(T, values.shape[-1])], what)
             state = (_accept_lowest(got[0]), got[1], got[2])
         expected = torch.softmax(scores, dim=-1) @ values
         name = f"acc / l after all {math.ceil(S / block)} blocks of {block} keys"

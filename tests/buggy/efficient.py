@@ -445,3 +445,14 @@ CATALOGUE = [
         "do not call `F.scaled_dot_product_attention`",
     ),
 ]
+
+
+# Round 5 (a fresh student, set 12): tests/test_verdicts_round5.py runs it.
+
+
+def update_l_without_keepdim(m, l, acc, scores, values):  # noqa: E741
+    """Right values, but l' squeezed to (T,): the checker's last (chained) case crashed."""
+    m2 = torch.maximum(m, scores.amax(-1, keepdim=True))
+    r = torch.where(torch.isneginf(m2), torch.zeros_like(m2), m2)
+    c, p = torch.exp(m - r), torch.exp(scores - r)
+    return m2, (c * l + p.sum(-1, keepdim=True)).squeeze(-1), c * acc + p @ values

@@ -4,6 +4,7 @@ Each test failed on the code before its fix.
 1. 16 RMSNorm: eps=None taken from the weight's dtype passed every case.
 2. 13 generate: an int32 tensor passed, though the task asks for a LongTensor.
 3. 12 online_softmax_update: l' of shape (T,) made the chained case crash the checker.
+4. 13 filter_logits: top-p on the raw logits was told it sorts in ascending order.
 """
 
 from __future__ import annotations
@@ -13,12 +14,18 @@ import sys
 
 import torch
 
-from attention_course.checks import check_generate, check_online_softmax_update, check_rms_norm
+from attention_course.checks import (
+    check_filter_logits,
+    check_generate,
+    check_online_softmax_update,
+    check_rms_norm,
+)
 
 sys.path.insert(0, os.path.dirname(__file__))
 from buggy import efficient as buggy_efficient  # noqa: E402
 from buggy import generation as buggy_generation  # noqa: E402
 from buggy import modern as buggy_modern  # noqa: E402
+from buggy import sampling as buggy_sampling  # noqa: E402
 
 
 def _failures(report) -> str:
@@ -81,3 +88,18 @@ def test_online_update_l_without_keepdim_is_named_in_every_case():
         assert "keepdim=True" in message, f"{result.name}: {message}"
     last = report.results[-1]
     assert "ten scores" in last.name and "expected shape (2, 1), got (2,)" in str(last.message)
+
+
+# ---------------------------------------------------------------- 4. 13 filter_logits, top-p
+
+
+def test_top_p_on_the_logits_is_named_and_not_called_a_sort():
+    report = check_filter_logits(buggy_sampling.filter_logits_top_p_on_logits)
+    assert not report.passed
+    assert "top-p on the logits, not the probabilities" in _first_failure(report)
+    assert "ascending" not in _failures(report), _failures(report)
+
+
+def test_an_ascending_sort_is_still_named():
+    report = check_filter_logits(buggy_sampling.filter_logits_ascending)
+    assert "sorts in ascending order" in _failures(report)

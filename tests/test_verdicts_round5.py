@@ -4,7 +4,9 @@ Each test failed on the code before its fix.
 1. 16 RMSNorm: eps=None taken from the weight's dtype passed every case.
 2. 13 generate: an int32 tensor passed, though the task asks for a LongTensor.
 3. 12 online_softmax_update: l' of shape (T,) made the chained case crash the checker.
-4. 13 filter_logits: top-p on the raw logits was told it sorts in ascending order.
+4. 13 filter_logits: top-p on the raw logits was told it sorts in ascending order;
+   13 CausalSelfAttention: dropout then renormalising (NaN) was told it dropped out the
+   masked scores.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 import torch
 
 from attention_course.checks import (
+    check_causal_self_attention,
     check_filter_logits,
     check_generate,
     check_online_softmax_update,
@@ -24,6 +27,7 @@ from attention_course.checks import (
 sys.path.insert(0, os.path.dirname(__file__))
 from buggy import efficient as buggy_efficient  # noqa: E402
 from buggy import generation as buggy_generation  # noqa: E402
+from buggy import gpt as buggy_gpt  # noqa: E402
 from buggy import modern as buggy_modern  # noqa: E402
 from buggy import sampling as buggy_sampling  # noqa: E402
 
@@ -103,3 +107,20 @@ def test_top_p_on_the_logits_is_named_and_not_called_a_sort():
 def test_an_ascending_sort_is_still_named():
     report = check_filter_logits(buggy_sampling.filter_logits_ascending)
     assert "sorts in ascending order" in _failures(report)
+
+
+# ---------------------------------------------------------------- 4. 13 CausalSelfAttention
+
+
+def test_dropout_then_renormalising_is_named_not_called_dropout_on_the_scores():
+    report = check_causal_self_attention(buggy_gpt.CausalDropoutRenormalised)
+    assert not report.passed
+    message = _first_failure(report)
+    assert "renormalised after dropout" in message, message
+    assert "applied to the scores after the mask" not in message, message
+
+
+def test_dropout_on_the_masked_scores_is_still_named():
+    message = _first_failure(check_causal_self_attention(buggy_gpt.CausalDropoutOnMaskedScores))
+    assert "dropout is applied to the scores after the mask" in message, message
+    assert "renormalised" not in message, message

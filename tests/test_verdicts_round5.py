@@ -7,6 +7,7 @@ Each test failed on the code before its fix.
 4. 13 filter_logits: top-p on the raw logits was told it sorts in ascending order;
    13 CausalSelfAttention: dropout then renormalising (NaN) was told it dropped out the
    masked scores.
+5. 15 rolling_update: slot (p + 1) % W was told that the buffer shifts.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
 import torch
 
 from attention_course.checks import (
@@ -22,6 +24,7 @@ from attention_course.checks import (
     check_generate,
     check_online_softmax_update,
     check_rms_norm,
+    check_rolling_update,
 )
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -29,6 +32,7 @@ from buggy import efficient as buggy_efficient  # noqa: E402
 from buggy import generation as buggy_generation  # noqa: E402
 from buggy import gpt as buggy_gpt  # noqa: E402
 from buggy import modern as buggy_modern  # noqa: E402
+from buggy import rolling_cache as buggy_rolling  # noqa: E402
 from buggy import sampling as buggy_sampling  # noqa: E402
 
 
@@ -124,3 +128,21 @@ def test_dropout_on_the_masked_scores_is_still_named():
     message = _first_failure(check_causal_self_attention(buggy_gpt.CausalDropoutOnMaskedScores))
     assert "dropout is applied to the scores after the mask" in message, message
     assert "renormalised" not in message, message
+
+
+# ---------------------------------------------------------------- 5. 15 rolling_update
+
+
+def test_a_slot_off_by_one_is_named_not_called_a_shift():
+    report = check_rolling_update(buggy_rolling.rolling_update_slot_plus_one)
+    assert not report.passed
+    failures = _failures(report)
+    assert "slot (p + 1) % W (off by one)" in _first_failure(report), failures
+    assert "your buffer shifts" not in failures, failures
+
+
+@pytest.mark.parametrize("impl", ["rolling_update_shift", "rolling_update_rolls"])
+def test_a_shifting_buffer_is_still_named(impl):
+    failures = _failures(check_rolling_update(getattr(buggy_rolling, impl)))
+    assert "your buffer shifts" in failures, failures
+    assert "off by one" not in failures, failures

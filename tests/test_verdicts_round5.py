@@ -7,7 +7,9 @@ Each test failed on the code before its fix.
 4. 13 filter_logits: top-p on the raw logits was told it sorts in ascending order;
    13 CausalSelfAttention: dropout then renormalising (NaN) was told it dropped out the
    masked scores.
-5. 15 rolling_update: slot (p + 1) % W was told that the buffer shifts.
+5. 15 rolling_update: slot (p + 1) % W was told that the buffer shifts; 12
+   online_softmax_update: exponents from the block's own maximum, and a maximum not per
+   row, got no hint.
 """
 
 from __future__ import annotations
@@ -146,3 +148,20 @@ def test_a_shifting_buffer_is_still_named(impl):
     failures = _failures(check_rolling_update(getattr(buggy_rolling, impl)))
     assert "your buffer shifts" in failures, failures
     assert "off by one" not in failures, failures
+
+
+# ---------------------------------------------------------------- 5. 12 online update, maxima
+
+
+@pytest.mark.parametrize(
+    "impl, phrase",
+    [
+        ("update_block_own_max", "the block's own maximum"),
+        ("update_max_over_block", "the maximum is not taken per query row"),
+        ("update_global_max", "the maximum is not taken per query row"),
+    ],
+)
+def test_online_update_maximum_mistakes_are_named(impl, phrase):
+    report = check_online_softmax_update(getattr(buggy_efficient, impl))
+    assert not report.passed
+    assert phrase in _first_failure(report), _failures(report)

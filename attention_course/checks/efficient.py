@@ -213,6 +213,42 @@ def _nan_on_masked(m, l, acc, s, v):  # noqa: E741
     return m_new, c * l + p.sum(dim=-1, keepdim=True), c * acc + p @ v
 
 
+BLOCK_OWN_MAX = (
+    "the new block's exponents are taken from the block's own maximum, e^{s - max(block)}: "
+    "measure them against the new running maximum m', e^{s - m'}, the reference the old "
+    "sums are rescaled to with e^{m - m'}"
+)
+MAX_NOT_PER_ROW = (
+    "the maximum is not taken per query row (over the query axis too, or over the whole "
+    "block): each row has its own m, `torch.maximum(m, scores.amax(-1, keepdim=True))`"
+)
+
+
+def _block_own_max(m, l, acc, s, v):  # noqa: E741
+    """e^{s - blockmax} added to sums rescaled to m': two different references."""
+    block = s.amax(dim=-1, keepdim=True)
+    m_new = torch.maximum(m, block)
+
+    def z(x):
+        return torch.where(torch.isneginf(x), torch.zeros_like(x), x)
+
+    p, c = torch.exp(s - z(block)), torch.exp(m - z(m_new))
+    return m_new, c * l + p.sum(dim=-1, keepdim=True), c * acc + p @ v
+
+
+def _max_over(dims):
+    """The right recurrence with the block's maximum taken over ``dims`` (None: all)."""
+
+    def update(m, l, acc, s, v):  # noqa: E741
+        block = s.amax(dim=dims, keepdim=True) if dims is not None else s.max()
+        m_new = torch.maximum(m, block)
+        shift = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
+        p, c = torch.exp(s - shift), torch.exp(m - shift)
+        return m_new, c * l + p.sum(dim=-1, keepdim=True), c * acc + p @ v
+
+    return update
+
+
 UPDATE_MISTAKES = [
     (NO_RESCALE, _update_variant(rescale_l=False, rescale_acc=False)),
     (SUM_NOT_RESCALED, _update_variant(rescale_l=False)),
@@ -225,6 +261,9 @@ UPDATE_MISTAKES = [
     (MASKED_AS_LOWEST, _masked_as_lowest),
     (MASKED_MAX_ZERO, _masked_max_zero),
     (RAW_EXP, _raw_exp),
+    (BLOCK_OWN_MAX, _block_own_max),
+    (MAX_NOT_PER_ROW, _max_over((-2, -1))),
+    (MAX_NOT_PER_ROW, _max_over(None)),
 ]
 
 # ---------------------------------------------------------------- online_softmax_update

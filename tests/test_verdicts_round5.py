@@ -9,7 +9,7 @@ Each test failed on the code before its fix.
    masked scores.
 5. 15 rolling_update: slot (p + 1) % W was told that the buffer shifts; 12
    online_softmax_update: exponents from the block's own maximum, and a maximum not per
-   row, got no hint.
+   row, got no hint; 12 kv_cache_bytes: 6881280.5 was shown as 6.88128e+06.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from attention_course.checks import (
     check_rms_norm,
     check_rolling_update,
 )
+from attention_course.quiz import check_quiz
 
 sys.path.insert(0, os.path.dirname(__file__))
 from buggy import efficient as buggy_efficient  # noqa: E402
@@ -165,3 +166,11 @@ def test_online_update_maximum_mistakes_are_named(impl, phrase):
     report = check_online_softmax_update(getattr(buggy_efficient, impl))
     assert not report.passed
     assert phrase in _first_failure(report), _failures(report)
+
+
+# ---------------------------------------------------------------- 5. 12 kv_cache_bytes
+
+
+def test_a_count_with_a_fraction_shows_the_fraction():
+    message = _first_failure(check_quiz("12.kv_cache_bytes", lambda: 6881280.5))
+    assert "got the number 6881280.5" in message, message

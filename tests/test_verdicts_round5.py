@@ -9,7 +9,8 @@ Each test failed on the code before its fix.
    masked scores.
 5. 15 rolling_update: slot (p + 1) % W was told that the buffer shifts; 12
    online_softmax_update: exponents from the block's own maximum, and a maximum not per
-   row, got no hint; 12 kv_cache_bytes: 6881280.5 was shown as 6.88128e+06.
+   row, got no hint; 12 kv_cache_bytes: 6881280.5 was shown as 6.88128e+06; 15 repeat_kv:
+   an in-place change of a leaf input got PyTorch's raw error only.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from attention_course.checks import (
     check_filter_logits,
     check_generate,
     check_online_softmax_update,
+    check_repeat_kv,
     check_rms_norm,
     check_rolling_update,
 )
@@ -34,6 +36,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from buggy import efficient as buggy_efficient  # noqa: E402
 from buggy import generation as buggy_generation  # noqa: E402
 from buggy import gpt as buggy_gpt  # noqa: E402
+from buggy import kv as buggy_kv  # noqa: E402
 from buggy import modern as buggy_modern  # noqa: E402
 from buggy import rolling_cache as buggy_rolling  # noqa: E402
 from buggy import sampling as buggy_sampling  # noqa: E402
@@ -174,3 +177,14 @@ def test_online_update_maximum_mistakes_are_named(impl, phrase):
 def test_a_count_with_a_fraction_shows_the_fraction():
     message = _first_failure(check_quiz("12.kv_cache_bytes", lambda: 6881280.5))
     assert "got the number 6881280.5" in message, message
+
+
+# ---------------------------------------------------------------- 5. 15 repeat_kv, in place
+
+
+def test_an_in_place_change_of_a_leaf_input_is_explained():
+    report = check_repeat_kv(buggy_kv.repeat_kv_scales_input_in_place)
+    leaf = [str(r.message) for r in report.results if "leaf Variable" in str(r.message)]
+    assert leaf, str(report)
+    for message in leaf:
+        assert "Hint: you changed an input in place" in message, message

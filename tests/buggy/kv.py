@@ -213,3 +213,12 @@ def window_mask_too_narrow(size, window, device=None):
 ROUND3 = [
     ("sliding_window_mask", "one too narrow", window_mask_too_narrow, "one too narrow"),
 ]
+
+
+# Round 5 (a fresh student, set 15): tests/test_verdicts_round5.py runs it.
+
+
+def repeat_kv_scales_input_in_place(x, n_rep):
+    """`x.mul_(1.0)` on the input: on a leaf that requires grad PyTorch raises."""
+    x.mul_(1.0)
+    return torch.repeat_interleave(x, n_rep, dim=1)

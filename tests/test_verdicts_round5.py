@@ -10,7 +10,8 @@ Each test failed on the code before its fix.
 5. 15 rolling_update: slot (p + 1) % W was told that the buffer shifts; 12
    online_softmax_update: exponents from the block's own maximum, and a maximum not per
    row, got no hint; 12 kv_cache_bytes: 6881280.5 was shown as 6.88128e+06; 15 repeat_kv:
-   an in-place change of a leaf input got PyTorch's raw error only.
+   an in-place change of a leaf input got PyTorch's raw error only; 15 sliding_window_mask:
+   a window capped at size - 1 was told it is one too narrow.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from attention_course.checks import (
     check_repeat_kv,
     check_rms_norm,
     check_rolling_update,
+    check_sliding_window_mask,
 )
 from attention_course.quiz import check_quiz
 
@@ -188,3 +190,19 @@ def test_an_in_place_change_of_a_leaf_input_is_explained():
     assert leaf, str(report)
     for message in leaf:
         assert "Hint: you changed an input in place" in message, message
+
+
+# ---------------------------------------------------------------- 5. 15 window capped
+
+
+def test_a_window_capped_at_size_minus_one_is_named():
+    report = check_sliding_window_mask(buggy_kv.sliding_window_capped)
+    assert not report.passed
+    failures = _failures(report)
+    assert "capped at size - 1" in _first_failure(report), failures
+    assert "your window is one too narrow (off by one)" not in failures, failures
+
+
+def test_a_window_one_too_narrow_is_still_named():
+    failures = _failures(check_sliding_window_mask(buggy_kv.sliding_window_too_narrow))
+    assert "one too narrow (off by one)" in failures, failures

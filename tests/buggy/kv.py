@@ -222,3 +222,11 @@ def repeat_kv_scales_input_in_place(x, n_rep):
     """`x.mul_(1.0)` on the input: on a leaf that requires grad PyTorch raises."""
     x.mul_(1.0)
     return torch.repeat_interleave(x, n_rep, dim=1)
+
+
+def sliding_window_capped(size, window, device=None):
+    """`min(window, size - 1)`: right for window < size, one too narrow from size on."""
+    if window < 1:
+        raise ValueError(f"window: got {window}, expected >= 1")
+    d = _band(size, device)
+    return (d >= 0) & (d < min(window, size - 1) if size > 1 else d < window)

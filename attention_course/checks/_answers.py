@@ -42,7 +42,10 @@ def _show(value: object) -> str:
     if isinstance(value, int):
         return str(value) if abs(value) < 10**60 else "a very large int"
     if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else f"{value:.6g}"
+        if value.is_integer():
+            return str(int(value))
+        # six digits, unless they would hide the fraction of a large number (6881280.5)
+        return f"{value:.6g}" if abs(value) < 1e5 else f"{value:.15g}"
     if isinstance(value, tuple):
         inner = ", ".join(_show(v) for v in value)
         return f"({inner},)" if len(value) == 1 else f"({inner})"

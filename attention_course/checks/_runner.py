@@ -106,6 +106,18 @@ _ERROR_HINTS = (
         "of your own (the checker's inputs are float64 in most cases, float32 in some)",
     ),
     (
+        "leaf Variable that requires grad is being used in an in-place operation",
+        "you changed an input in place (`x.mul_(...)`, `x += ...`, `x[...] = ...`): the "
+        "checker's input requires grad, so PyTorch refuses; compute a new tensor and leave "
+        "the inputs unchanged",
+    ),
+    (
+        "more than one element of the written-to tensor refers to a single memory location",
+        "you wrote in place into a tensor whose elements share memory (an input, or a "
+        "view made by `expand`): compute a new tensor (`.clone()` first if you must write) "
+        "and leave the inputs unchanged",
+    ),
+    (
         "before Module.__init__() call",
         "call `super().__init__()` first thing in your `__init__`",
     ),

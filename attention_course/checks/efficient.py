@@ -213,6 +213,42 @@ def _nan_on_masked(m, l, acc, s, v):  # noqa: E741
     return m_new, c * l + p.sum(dim=-1, keepdim=True), c * acc + p @ v
 
 
+BLOCK_OWN_MAX = (
+    "the new block's exponents are taken from the block's own maximum, e^{s - max(block)}: "
+    "measure them against the new running maximum m', e^{s - m'}, the reference the old "
+    "sums are rescaled to with e^{m - m'}"
+)
+MAX_NOT_PER_ROW = (
+    "the maximum is not taken per query row (over the query axis too, or over the whole "
+    "block): each row has its own m, `torch.maximum(m, scores.amax(-1, keepdim=True))`"
+)
+
+
+def _block_own_max(m, l, acc, s, v):  # noqa: E741
+    """e^{s - blockmax} added to sums rescaled to m': two different references."""
+    block = s.amax(dim=-1, keepdim=True)
+    m_new = torch.maximum(m, block)
+
+    def z(x):
+        return torch.where(torch.isneginf(x), torch.zeros_like(x), x)
+
+    p, c = torch.exp(s - z(block)), torch.exp(m - z(m_new))
+    return m_new, c * l + p.sum(dim=-1, keepdim=True), c * acc + p @ v
+
+
+def _max_over(dims):
+    """The right recurrence with the block's maximum taken over ``dims`` (None: all)."""
+
+    def update(m, l, acc, s, v):  # noqa: E741
+        block = s.amax(dim=dims, keepdim=True) if dims is not None else s.max()
+        m_new = torch.maximum(m, block)
+        shift = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
+        p, c = torch.exp(s - shift), torch.exp(m - shift)
+        return m_new, c * l + p.sum(dim=-1, keepdim=True), c * acc + p @ v
+
+    return update
+
+
 UPDATE_MISTAKES = [
     (NO_RESCALE, _update_variant(rescale_l=False, rescale_acc=False)),
     (SUM_NOT_RESCALED, _update_variant(rescale_l=False)),
@@ -225,6 +261,9 @@ UPDATE_MISTAKES = [
     (MASKED_AS_LOWEST, _masked_as_lowest),
     (MASKED_MAX_ZERO, _masked_max_zero),
     (RAW_EXP, _raw_exp),
+    (BLOCK_OWN_MAX, _block_own_max),
+    (MAX_NOT_PER_ROW, _max_over((-2, -1))),
+    (MAX_NOT_PER_ROW, _max_over(None)),
 ]
 
 # ---------------------------------------------------------------- online_softmax_update
@@ -268,8 +307,28 @@ def _diagnose(got, inputs, expected, dtype, mistakes) -> str | None:
     return None
 
 
+def _expect_state_shapes(got, shapes, what: str) -> None:
+    """Each returned tensor of ``(m', l', acc')`` must have its shape (checked before any
+    value is used); a reduction that dropped the last axis is named."""
+    for value, shape, name in zip(got, shapes, _STATE):
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) == tuple(shape):
+            continue
+        message = (
+            f"{name}' returned by {what}: expected shape {fmt_shape(shape)}, got "
+            f"{fmt_shape(value.shape)}"
+        )
+        if name != "acc" and tuple(value.shape) == tuple(shape[:-1]):
+            message += (
+                f"\nLikely mistake: {name}' lost its last axis of size 1: m and l are "
+                "(..., T, 1), one number per query row, so reduce with keepdim=True "
+                "(`scores.amax(-1, keepdim=True)`, `p.sum(-1, keepdim=True)`) and do not squeeze"
+            )
+        raise CaseFailed(message)
+
+
 def _expect_state(got, expected, inputs, what: str) -> None:
     got = expect_tuple(got, 3, what, _STATE)
+    _expect_state_shapes(got, [t.shape for t in expected], what)
     got = (_accept_lowest(got[0]), got[1], got[2])
     dtype = expected[0].dtype
     mistake = _diagnose(got, inputs, expected, dtype, UPDATE_MISTAKES)
@@ -338,6 +397,7 @@ def _chain_case(candidate, scores, values, block: int):
             what = _update_what(state[0], s, v)
             got = call_student(candidate, *state, s.clone(), v.clone(), what=what)
             got = expect_tuple(got, 3, what, _STATE)
+            _expect_state_shapes(got, [t.shape for t in _start(T, values.shape[-1])], what)
             state = (_accept_lowest(got[0]), got[1], got[2])
         expected = torch.softmax(scores, dim=-1) @ values
         name = f"acc / l after all {math.ceil(S / block)} blocks of {block} keys"

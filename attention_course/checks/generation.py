@@ -377,7 +377,15 @@ def _generate_case(candidate, *, B, T0, n, temperature, seed=0):
                 f"{what}: expected shape ({B}, {T0 + n}) (the prompt, then the new tokens), got "
                 f"{tuple(got.shape)}"
             )
-        got = got.detach().cpu().long()
+        if got.dtype != torch.int64:
+            right = torch.equal(got.detach().cpu().long(), expected)
+            raise CaseFailed(
+                f"{what} returned a tensor of dtype {got.dtype}"
+                + (" (the tokens are right)" if right else "")
+                + "; expected a LongTensor (dtype torch.int64), as the task says: the prompt is "
+                "int64 and `torch.cat` keeps it, so drop the conversion (or return `out.long()`)"
+            )
+        got = got.detach().cpu()
         if not torch.equal(got[:, :T0], prompt):
             raise CaseFailed(f"{what}: the result must start with the prompt, unchanged")
         if torch.equal(got, expected):

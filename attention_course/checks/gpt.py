@@ -84,6 +84,13 @@ DROPOUT_MASKED_SCORES = (
     "-inf * 0 = NaN, and a row with a NaN gives NaN weights; dropout belongs on the weights, "
     "after the softmax: `F.dropout(weights, p=self.dropout, training=self.training)`"
 )
+DROPOUT_RENORMALISED = (
+    "the weights are renormalised after dropout (`w / w.sum(-1, keepdim=True)`): a row "
+    "whose kept weights were all dropped (token 0 has only one) becomes 0 / 0 = NaN, and "
+    "renormalising undoes inverted dropout's 1 / (1 - p) scaling; apply "
+    "`F.dropout(weights, p=self.dropout, training=self.training)` after the softmax and "
+    "use those weights as they are"
+)
 NO_OUT_PROJ = "the output projection w_o is not applied: mix the concatenated heads with self.w_o"
 SOFTMAX_DIM = (
     "the softmax runs over the query axis (dim=-2): the weights must sum to 1 over the keys"
@@ -450,15 +457,62 @@ def _expect_first_token_dropout(module, x, first, p: float) -> str | None:
     return None
 
 
-def _expect_no_nan_in_training(got) -> None:
-    """NaN in training mode only (the eval output was right): dropout met the -inf of the
-    mask, which happens when it is applied to the masked scores."""
-    if isinstance(got, torch.Tensor) and got.is_floating_point() and bool(got.isnan().any()):
-        count = int(got.isnan().sum())
-        raise CaseFailed(
-            f"in training mode your output has NaN at {count} of {got.numel()} positions, "
-            f"while the eval-mode output is right.\nLikely mistake: {DROPOUT_MASKED_SCORES}."
+def _nan_rows(got) -> torch.Tensor | None:
+    """(B, T) bool: the rows of a (B, T, D) output that hold a NaN; None if it has none."""
+    if not (isinstance(got, torch.Tensor) and got.is_floating_point() and got.dim() == 3):
+        return None
+    rows = got.detach().isnan().any(dim=-1)
+    return rows if bool(rows.any()) else None
+
+
+def _nan_likelihood(rows: torch.Tensor, probabilities: torch.Tensor) -> float:
+    """Log-likelihood of the NaN rows (draws, B, T) if row t is NaN with probability
+    ``probabilities[t]``, independently in each draw and sequence."""
+    q = probabilities.clamp(1e-12, 1 - 1e-12)
+    n = rows.shape[0] * rows.shape[1]
+    k = rows.sum(dim=(0, 1)).double()
+    return float((k * q.log() + (n - k) * (1 - q).log()).sum())
+
+
+def _expect_no_nan_in_training(nan_rows: list, draws: int, p: float, H: int) -> None:
+    """NaN in training mode only (the eval output was right). Which rows hold them tells
+    two mistakes apart: dropout on the masked scores makes row t NaN when one of its
+    T - 1 - t masked scores (in any head) is dropped, -inf * 0, so never the last row;
+    renormalising the dropped-out weights makes it NaN when all t + 1 weights of a head
+    are dropped, 0 / 0, so nearly always row 0. The likelier of the two is named only when
+    it fits the observed frequency of every row."""
+    if not nan_rows:
+        return
+    shape = next(r.shape for _, r in nan_rows)
+    rows = torch.zeros(draws, *shape, dtype=torch.bool)
+    for i, r in nan_rows:
+        rows[i] = r
+    count = len(nan_rows)
+    message = (
+        f"in training mode your output has NaN in {count} of {draws} calls, while the "
+        "eval-mode output is right"
+    )
+    T = shape[-1]
+    t = torch.arange(T, dtype=torch.float64)
+    models = {
+        DROPOUT_MASKED_SCORES: 1 - (1 - p) ** (H * (T - 1 - t)),
+        DROPOUT_RENORMALISED: 1 - (1 - p ** (t + 1)) ** H,
+    }
+    freq = rows.double().mean(dim=(0, 1))
+    scores = {text: _nan_likelihood(rows, q) for text, q in models.items()}
+    best = max(scores, key=scores.get)
+    others = [v for text, v in scores.items() if text != best]
+    fits = float((freq - models[best]).abs().max()) < 0.15
+    if fits and all(scores[best] - v > 10 for v in others):
+        message += f".\nLikely mistake: {best}."
+    else:
+        message += (
+            " (NaN appears when dropout meets a -inf score, -inf * 0, or a row of weights "
+            "is divided by its sum after dropout, 0 / 0).\nHint: apply `F.dropout(weights, "
+            "p=self.dropout, training=self.training)` to the weights after the softmax, "
+            "and use them as they are."
         )
+    raise CaseFailed(message)
 
 
 def _dropout_case(candidate, init: dict, draws: int = 200):
@@ -487,12 +541,16 @@ def _dropout_case(candidate, init: dict, draws: int = 200):
         what = _what(init, x.shape) + " in training mode"
         with torch.random.fork_rng(), torch.no_grad():
             torch.manual_seed(0)
-            outputs = []
-            for _ in range(draws):
+            outputs, nan_rows = [], []
+            for i in range(draws):
                 got = _call(student, x, what)
-                _expect_no_nan_in_training(got)
+                rows = _nan_rows(got) if getattr(got, "shape", None) == clean.shape else None
+                if rows is not None:  # named below, from the rows where NaN appear
+                    nan_rows.append((i, rows))
+                    continue
                 expect_like(got, clean, "the output")
                 outputs.append(got.detach().to(torch.float64))
+        _expect_no_nan_in_training(nan_rows, draws, p, init["num_heads"])
         stack = torch.stack(outputs)
         if all(torch.allclose(o, clean, atol=1e-9, rtol=1e-7) for o in outputs[:10]):
             raise CaseFailed(

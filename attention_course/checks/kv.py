@@ -239,6 +239,16 @@ WINDOW_TOO_NARROW = (
     "your window is one too narrow (off by one): token i sees only window - 1 tokens; keep j "
     "when 0 <= i - j < window, i.e. itself and the window - 1 tokens before it"
 )
+WINDOW_CAPPED = (
+    "your window is capped at size - 1 (`min(window, size - 1)`): a window as long as the "
+    "sequence or longer keeps every earlier token, the plain causal mask; do not cap it "
+    "(or cap it at size)"
+)
+WINDOW_NARROW_OR_CAPPED = (
+    "token i sees at most size - 1 tokens: either your window is one too narrow (0 <= i - j "
+    "< window - 1), or it is capped at size - 1 (`min(window, size - 1)`); keep j when "
+    "0 <= i - j < window, so a window of size or more is the plain causal mask"
+)
 WINDOW_NOT_CAUSAL = (
     "your window is not causal: it is a band on both sides of the diagonal (|i - j| < "
     "window), so token i sees the next window - 1 tokens too; keep only j <= i "
@@ -279,9 +289,13 @@ def _window_mistakes(size: int, window: int):
     i = torch.arange(size).reshape(size, 1)
     j = torch.arange(size).reshape(1, size)
     d = i - j  # how far back key j is from query i
+    # at window == size a window one too narrow and one capped at size - 1 are one mask
+    narrow = WINDOW_NARROW_OR_CAPPED if window == size else WINDOW_TOO_NARROW
+    capped = WINDOW_NARROW_OR_CAPPED if window == size else WINDOW_CAPPED
     return [
         (WINDOW_TOO_WIDE, lambda: (d >= 0) & (d <= window)),
-        (WINDOW_TOO_NARROW, lambda: (d >= 0) & (d < window - 1)),
+        (narrow, lambda: (d >= 0) & (d < window - 1)),
+        (capped, lambda: (d >= 0) & (d < min(window, size - 1))),
         (WINDOW_NOT_CAUSAL, lambda: d.abs() < window),
         (WINDOW_NOT_CAUSAL, lambda: d.abs() <= window),
         (WINDOW_FUTURE, lambda: (d <= 0) & (d > -window)),

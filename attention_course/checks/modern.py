@@ -50,6 +50,11 @@ _RMS_EPS_FLOAT32 = (
     "used float32's epsilon, or you computed in float32 (`x.float()`): keep the input's dtype "
     "throughout and take eps from it, `torch.finfo(x.dtype).eps`"
 )
+_RMS_EPS_WEIGHT_DTYPE = (
+    "eps=None takes the machine epsilon of the input's dtype, as nn.RMSNorm does: "
+    "`torch.finfo(x.dtype).eps`, not the weight's dtype (here a float32 module is given a "
+    "float64 input, so eps is float64's, about 2.2e-16, not float32's 1.2e-7)"
+)
 _RMS_VAR_BIASED = (
     "you used the variance `x.var(..., unbiased=False)`, which subtracts the mean: RMSNorm "
     "uses the mean square of x itself, `x.pow(2).mean(dims, keepdim=True)`"
@@ -148,6 +153,8 @@ def _rms_norm_mistakes(module, x: torch.Tensor):
         (_RMS_SUM, rms(total=True)),
     ]
     if module.eps is None:
+        if w is not None and w.dtype != x.dtype:
+            mistakes.insert(0, (_RMS_EPS_WEIGHT_DTYPE, rms(eps=torch.finfo(w.dtype).eps)))
         for fixed in (1e-6, 1e-5, 1e-8):
             mistakes.append((_RMS_EPS_NONE, rms(eps=fixed)))
         if x.dtype == torch.float64:
@@ -221,13 +228,22 @@ def _rms_fresh_module(candidate, init: dict) -> None:
         raise CaseFailed(_RMS_AFFINE_STATE.format(keys=", ".join(keys)))
 
 
-def _rms_norm_case(candidate, init: dict, x: torch.Tensor, grad: bool = False):
+def _rms_norm_case(
+    candidate,
+    init: dict,
+    x: torch.Tensor,
+    grad: bool = False,
+    module_dtype: torch.dtype | None = None,
+):
+    """``module_dtype`` (default: the input's) is the dtype the module is moved to."""
+    module_dtype = x.dtype if module_dtype is None else module_dtype
+
     def run():
         _rms_fresh_module(candidate, init)
         pair = ModulePair(candidate, ref_norms.RMSNorm, init=init)
-        if x.dtype != torch.float64:
-            call_student(pair.student.to, x.dtype, what=f"norm.to({x.dtype})")
-            pair.reference.to(x.dtype)
+        if module_dtype != torch.float64:
+            call_student(pair.student.to, module_dtype, what=f"norm.to({module_dtype})")
+            pair.reference.to(module_dtype)
         got, expected = pair.call(
             x, what="norm(x)", arg_names=("x",), grad=grad, error_hint=_rms_error_hint
         )
@@ -344,6 +360,12 @@ def check_rms_norm(candidate) -> list[Case]:
             "float32 input, eps=None",
             _rms_norm_case(candidate, {"normalized_shape": 8}, tiny.float()),
             covers=frozenset({"dtype=float32", "eps=None"}),
+        ),
+        Case(
+            "a float32 module (default dtype) given a float64 input of mean square 1e-6, "
+            "eps=None: eps is the input's dtype's machine epsilon",
+            _rms_norm_case(candidate, {"normalized_shape": 8}, tiny, module_dtype=torch.float32),
+            covers=frozenset({"eps=None", "tiny input", "dtype=float32"}),
         ),
         Case(
             "gradients reach weight and x",

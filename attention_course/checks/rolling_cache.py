@@ -45,6 +45,10 @@ ROLL_SHIFT = (
     "your buffer shifts (the oldest position always in slot 0, W - 1 entries copied at "
     "every step): a rolling buffer moves nothing; position p is written into slot p % W"
 )
+ROLL_SLOT_PLUS_ONE = (
+    "position p was written to slot (p + 1) % W (off by one): position p goes to slot p % W "
+    "(position 0 to slot 0), so that slot p % W always holds the position W older"
+)
 ROLL_SLOT_ORDER = (
     "you returned the buffer in slot order: after the wrap-around slot 0 holds a newer "
     "position than slot W - 1; return the kept positions oldest first (sort the slots by "
@@ -175,6 +179,8 @@ def _simulate(W: int, calls: list, variant: str | None = None) -> list[tuple]:
                 slots = torch.cat([slots[1:], torch.tensor([p])])
                 continue
             slot = min(p, W - 1) if variant in ("newest", "shift") else p % W
+            if variant == "slot_plus_one":
+                slot = (p + 1) % W
             if variant == "ignores_start":
                 slot = t % W
             value = new[:, :, row]
@@ -229,6 +235,7 @@ def expected_states(W: int, calls: list) -> list[tuple]:
 VARIANTS = {
     "newest": ROLL_NEWEST,
     "earlier_wins": ROLL_EARLIER_WINS,
+    "slot_plus_one": ROLL_SLOT_PLUS_ONE,
     "shift": ROLL_SHIFT,
     "roll": ROLL_SHIFT,
     "slot_order": ROLL_SLOT_ORDER,
@@ -265,6 +272,32 @@ def _as_positions(got, what: str) -> torch.Tensor:
             + (f" {got.dtype}" if isinstance(got, torch.Tensor) else "")
         )
     return got.detach().cpu().long()
+
+
+def _tell_apart(candidate, W: int, B, H, Dh, dtype, found: list[str]) -> list[str]:
+    """Of the mistakes in ``found`` (that all gave one state), those that also give every
+    state of a run of W + 2 single positions from a fresh buffer; ``found`` if none does
+    (or the run fails)."""
+    calls = [(p, randn(B, H, 1, Dh, seed=7000 + p, dtype=dtype)) for p in range(W + 2)]
+    buffer = torch.zeros(B, H, W, Dh, dtype=dtype)
+    slots = torch.full((W,), -1, dtype=torch.long)
+    got_states = []
+    try:
+        for start, new in calls:
+            kept, kept_positions = candidate(buffer, slots, new.clone(), start)
+            got_states.append(
+                (kept.detach().clone(), _as_positions(kept_positions, "kept_positions"))
+                + (buffer.clone(), slots.clone())
+            )
+    except Exception:  # noqa: BLE001 - the probe only sharpens a message
+        return found
+    left = [
+        text
+        for name, text in VARIANTS.items()
+        if text in found
+        and all(_same_state(g, w) for g, w in zip(got_states, _simulate(W, calls, name)))
+    ]
+    return list(dict.fromkeys(left)) or found
 
 
 def _sequence_case(candidate, W: int, chunks: list[int], B=1, H=2, Dh=3, dtype=torch.float64):
@@ -316,9 +349,21 @@ def _sequence_case(candidate, W: int, chunks: list[int], B=1, H=2, Dh=3, dtype=t
                     f"{fmt_values(kept_positions)}; the buffer holds {want[1].numel()}, "
                     f"{fmt_values(want[1])}\nLikely mistake: {ROLL_CACHED_PLUS_NEW}."
                 )
+            found = []  # the known mistakes that give exactly this state, each named once
             for name, states in variants.items():
                 if isinstance(kept, torch.Tensor) and _same_state(state, states[step]):
-                    raise CaseFailed(f"{what}: wrong state\nLikely mistake: {VARIANTS[name]}.")
+                    if VARIANTS[name] not in found:
+                        found.append(VARIANTS[name])
+            if len(found) > 1:  # a longer run (it wraps) from a fresh buffer tells them apart
+                found = _tell_apart(candidate, W, B, H, Dh, dtype, found)
+            if len(found) == 1:
+                raise CaseFailed(f"{what}: wrong state\nLikely mistake: {found[0]}.")
+            if found:
+                raise CaseFailed(
+                    f"{what}: wrong state\nLikely mistake, one of these (each gives exactly "
+                    "this state here; a later call tells them apart):"
+                    + "".join(f"\n- {text}." for text in found)
+                )
             if not torch.equal(slots, want[3]):
                 raise CaseFailed(
                     f"slot_positions after {what}: expected {fmt_values(want[3])}, got "

@@ -23,6 +23,21 @@ _CLAMP_HINT = (
 
 # ---------------------------------------------------------------- known mistakes
 
+_TOP_P_ON_LOGITS = (
+    "top-p on the logits, not the probabilities: your filter sorts and sums the raw logits; "
+    "take the softmax of the (top-k filtered) logits first, `torch.softmax(logits, dim=-1)`, "
+    "then sort those probabilities in descending order and accumulate them"
+)
+_TOP_P_CROSSING_DROPPED = (
+    "your filter drops the token that crosses top_p: keep a token while the probability of "
+    "the tokens *before* it is below top_p (shift the cumulative sum right by one), so the "
+    "set reaches top_p"
+)
+_TOP_P_ASCENDING = (
+    "your filter keeps the smallest probabilities, not the largest: it sorts in ascending "
+    "order; sort with `descending=True` before the cumulative sum"
+)
+
 
 def _scatter_back(sorted_values: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     """Put values given in sorted order back at the tokens' own positions."""
@@ -31,17 +46,20 @@ def _scatter_back(sorted_values: torch.Tensor, order: torch.Tensor) -> torch.Ten
 
 def _top_p_keep(logits: torch.Tensor, top_p: float, *, variant: str) -> torch.Tensor:
     """Which tokens a (mistaken) top-p rule keeps, as a bool tensor."""
-    probs = logits.double().softmax(-1)
+    # "logits...": the rule run on the raw logits, as if they were probabilities
+    probs = logits.double() if variant.startswith("logits") else logits.double().softmax(-1)
     descending = variant != "ascending"
     sorted_probs, order = probs.sort(dim=-1, descending=descending)
     cumulative = sorted_probs.cumsum(-1)
-    if variant == "no shift":  # remove = cumulative > top_p: the crossing token goes too
-        keep_sorted = cumulative <= top_p
+    if variant in ("no shift", "logits, no shift"):  # cumulative > top_p removed: the crossing
+        keep_sorted = cumulative <= top_p  # token goes too
     elif variant == "no shift, first kept":
         keep_sorted = cumulative <= top_p
         keep_sorted[..., 0] = True
-    else:  # "ascending": the right rule on the wrong end of the distribution
-        keep_sorted = (cumulative - sorted_probs) < top_p
+    elif variant == "logits, <=":
+        keep_sorted = (cumulative - sorted_probs) <= top_p
+    else:  # "ascending": the right rule on the wrong end of the distribution; "logits"
+        keep_sorted = (cumulative - sorted_probs) < top_p  # the right rule on the logits
     return _scatter_back(keep_sorted, order)
 
 
@@ -114,28 +132,22 @@ def _mistakes(logits: torch.Tensor, top_k: int | None, top_p: float | None):
             )
         )
     if top_p is not None:
-        for variant in ("no shift", "no shift, first kept"):
-            mistakes.append(
-                (
-                    "your filter drops the token that crosses top_p: keep a token while the "
-                    "probability of the tokens *before* it is below top_p (shift the "
-                    "cumulative sum right by one), so the set reaches top_p",
-                    lambda variant=variant: _keep_only(
-                        after_top_k(logits),
-                        _top_p_keep(after_top_k(logits), top_p, variant=variant),
-                    ),
-                )
-            )
-        mistakes.append(
-            (
-                "your filter keeps the smallest probabilities, not the largest: it sorts in "
-                "ascending order; sort with `descending=True` before the cumulative sum",
-                lambda: _keep_only(
-                    after_top_k(logits),
-                    _top_p_keep(after_top_k(logits), top_p, variant="ascending"),
-                ),
-            )
-        )
+        before = after_top_k(logits)
+        candidates = [
+            (_TOP_P_ON_LOGITS, "logits"),
+            (_TOP_P_ON_LOGITS, "logits, <="),
+            (_TOP_P_ON_LOGITS, "logits, no shift"),
+            (_TOP_P_CROSSING_DROPPED, "no shift"),
+            (_TOP_P_CROSSING_DROPPED, "no shift, first kept"),
+            (_TOP_P_ASCENDING, "ascending"),
+        ]
+        for description, variant in candidates:
+            keep = _top_p_keep(before, top_p, variant=variant)
+            if torch.equal(keep, torch.isfinite(before)):
+                # A rule that keeps every token top_k left says nothing about how it sorts
+                # or sums: a filter that keeps too many tokens would match it too.
+                continue
+            mistakes.append((description, lambda keep=keep: _keep_only(before, keep)))
     kept = torch.isfinite(expected)
     mistakes += [
         (

@@ -445,3 +445,40 @@ CATALOGUE = [
         "do not call `F.scaled_dot_product_attention`",
     ),
 ]
+
+
+# Round 5 (a fresh student, set 12): tests/test_verdicts_round5.py runs it.
+
+
+def update_l_without_keepdim(m, l, acc, scores, values):  # noqa: E741
+    """Right values, but l' squeezed to (T,): the checker's last (chained) case crashed."""
+    m2 = torch.maximum(m, scores.amax(-1, keepdim=True))
+    r = torch.where(torch.isneginf(m2), torch.zeros_like(m2), m2)
+    c, p = torch.exp(m - r), torch.exp(scores - r)
+    return m2, (c * l + p.sum(-1, keepdim=True)).squeeze(-1), c * acc + p @ values
+
+
+def update_block_own_max(m, l, acc, scores, values):  # noqa: E741
+    """The new block's exponents e^{s - max(block)}, the old sums rescaled to m'."""
+    bm = scores.amax(-1, keepdim=True)
+    m2 = torch.maximum(m, bm)
+    safe = torch.where(torch.isinf(m2), torch.zeros_like(m2), m2)
+    sb = torch.where(torch.isinf(bm), torch.zeros_like(bm), bm)
+    c, p = torch.exp(m - safe), torch.exp(scores - sb)
+    return m2, c * l + p.sum(-1, keepdim=True), c * acc + p @ values
+
+
+def update_max_over_block(m, l, acc, scores, values):  # noqa: E741
+    """One maximum over the whole block (`amax(-2).amax(-1)`), not one per query row."""
+    m2 = torch.maximum(m, scores.amax(-2, keepdim=True).amax(-1, keepdim=True))
+    safe = torch.where(torch.isinf(m2), torch.zeros_like(m2), m2)
+    c, p = torch.exp(m - safe), torch.exp(scores - safe)
+    return m2, c * l + p.sum(-1, keepdim=True), c * acc + p @ values
+
+
+def update_global_max(m, l, acc, scores, values):  # noqa: E741
+    """One maximum per call, `scores.max()`."""
+    m2 = torch.maximum(m, scores.max())
+    safe = torch.where(torch.isneginf(m2), torch.zeros_like(m2), m2)
+    c, p = torch.exp(m - safe), torch.exp(scores - safe)
+    return m2, c * l + p.sum(-1, keepdim=True), c * acc + p @ values

@@ -380,3 +380,15 @@ ROUND3 = [
         "in training mode only",
     ),
 ]
+
+
+# Round 5 (a fresh student, set 13): tests/test_verdicts_round5.py runs it.
+
+
+class CausalDropoutRenormalised(CausalBase):
+    """Dropout on the weights after the softmax, then each row renormalised (w / w.sum):
+    0 / 0 = NaN where every weight of a row was dropped (token 0 has one)."""
+
+    def weights(self, scores):
+        weights = super().weights(scores)
+        return weights / weights.sum(dim=-1, keepdim=True)

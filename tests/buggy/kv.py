@@ -213,3 +213,20 @@ def window_mask_too_narrow(size, window, device=None):
 ROUND3 = [
     ("sliding_window_mask", "one too narrow", window_mask_too_narrow, "one too narrow"),
 ]
+
+
+# Round 5 (a fresh student, set 15): tests/test_verdicts_round5.py runs it.
+
+
+def repeat_kv_scales_input_in_place(x, n_rep):
+    """`x.mul_(1.0)` on the input: on a leaf that requires grad PyTorch raises."""
+    x.mul_(1.0)
+    return torch.repeat_interleave(x, n_rep, dim=1)
+
+
+def sliding_window_capped(size, window, device=None):
+    """`min(window, size - 1)`: right for window < size, one too narrow from size on."""
+    if window < 1:
+        raise ValueError(f"window: got {window}, expected >= 1")
+    d = _band(size, device)
+    return (d >= 0) & (d < min(window, size - 1) if size > 1 else d < window)

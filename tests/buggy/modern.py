@@ -383,3 +383,15 @@ ROUND3 = [
     ("rms_norm", "computed in float32 inside", RMSNormUpcastsToFloat32, "float32 inside"),
     ("swiglu", "gate computed in float32", SwiGLUGateInFloat32, "float32 inside"),
 ]
+
+
+# Round 5 (a fresh student, set 16): kept apart; tests/test_verdicts_round5.py runs it.
+
+
+class RMSNormEpsFromWeightDtype(_RMSNormBase):
+    """eps=None taken from the weight's dtype, not the input's: the same for a module and an
+    input of one dtype, float32's epsilon for a float32 module given a float64 input."""
+
+    def epsilon(self, x):
+        source = self.weight.dtype if self.weight is not None else x.dtype
+        return torch.finfo(source).eps if self.eps is None else self.eps

@@ -178,3 +178,26 @@ CATALOGUE = [
         "cached before the call followed by the whole chunk",
     ),
 ]
+
+
+# Round 5 (a fresh student, set 15): tests/test_verdicts_round5.py runs it.
+
+
+def rolling_update_slot_plus_one(buffer, slot_positions, new, start):
+    """Position p into slot (p + 1) % W: off by one, told that the buffer shifts."""
+    W = buffer.shape[2]
+    for p in range(start, start + new.shape[2]):
+        buffer[:, :, (p + 1) % W] = new[:, :, p - start]
+        slot_positions[(p + 1) % W] = p
+    return _read(buffer, slot_positions)
+
+
+def rolling_update_rolls(buffer, slot_positions, new, start):
+    """A FIFO from the first position: roll everything one slot left, write the last slot.
+    Before the wrap its state equals the slot (p + 1) % W mistake's."""
+    for p in range(start, start + new.shape[2]):
+        buffer.copy_(torch.roll(buffer, -1, dims=2))
+        slot_positions.copy_(torch.roll(slot_positions, -1))
+        buffer[:, :, -1] = new[:, :, p - start]
+        slot_positions[-1] = p
+    return _read(buffer, slot_positions)

@@ -242,3 +242,19 @@ CATALOGUE = [
     ("filter_logits", "no validation", filter_logits_no_validation, "returned without raising"),
     ("filter_logits", "float32", filter_logits_float32, "expected dtype torch.float64"),
 ]
+
+
+# Round 5 (a fresh student, set 13): tests/test_verdicts_round5.py runs it.
+
+
+def filter_logits_top_p_on_logits(logits, top_k=None, top_p=None):
+    """top-p run on the raw logits (no softmax), sorted in descending order as it should."""
+    _check(top_k, top_p)
+    if top_k is not None:
+        logits = _top_k(logits, top_k)
+    if top_p is not None:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        keep_sorted = (sorted_logits.cumsum(-1) - sorted_logits) < top_p
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        logits = logits.masked_fill(~keep, float("-inf"))
+    return logits

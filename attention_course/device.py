@@ -25,7 +25,7 @@ def _available(device: torch.device) -> bool:
         return True
     if device.type == "cuda":
         return torch.cuda.is_available() and (
-            device.index is None or device.index < torch.cuda.device_count()
+            device.index is None or 0 <= device.index < torch.cuda.device_count()
         )
     if device.type == "mps":
         return _mps_available()
@@ -60,7 +60,11 @@ def get_device(prefer: str | torch.device | None = None) -> torch.device:
             f"{source}: got {requested!r}, expected a device name such as 'cpu', 'cuda', "
             f"'cuda:0' or 'mps'"
         ) from err
-    if not _available(device):
+    # torch keeps a device index in 8 bits: "cuda:1000" becomes cuda:-24 (seen with torch
+    # 2.11 on a CUDA machine), so the index asked for is read from the text as well.
+    asked = str(requested).rpartition(":")[2]
+    wrapped = asked.isdigit() and device.index is not None and int(asked) != device.index
+    if wrapped or not _available(device):
         raise ValueError(
             f"{source}: got {requested!r}, but that device is not available on this machine "
             f"(CUDA available: {torch.cuda.is_available()}, MPS available: {_mps_available()})"

@@ -195,3 +195,23 @@ def test_doctor_finds_jupyter_lab_beside_python(no_env, tmp_path, capsys, monkey
     monkeypatch.setattr(cli.sys, "executable", str(tmp_path / "bin" / "python"))
     assert main(["doctor"]) == 0
     assert "jupyter lab   found" in capsys.readouterr().out
+
+
+def test_a_device_index_that_torch_wraps_is_not_available(no_env, monkeypatch):
+    """torch stores a device index in 8 bits: on a CUDA machine torch.device("cuda:1000") is
+    cuda:-24, which an `index < device_count` test accepted (found on an H200)."""
+    import attention_course.device as device_module
+
+    class WrappedDevice:  # what torch.device("cuda:1000") gave there
+        type, index = "cuda", -24
+
+    real = torch.device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(
+        device_module.torch,
+        "device",
+        lambda spec: WrappedDevice() if spec == "cuda:1000" else real(spec),
+    )
+    with pytest.raises(ValueError, match="not available on this machine"):
+        get_device("cuda:1000")

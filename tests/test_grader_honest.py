@@ -47,6 +47,9 @@ def graded(tmp_path_factory):
 def test_an_unusual_honest_solution_gets_full_marks(graded, name):
     status, grades = graded
     grade = grades[name]
+    # A notebook that could not be graded has no score: show why (a CI run under heavy load
+    # once failed here with only "KeyError: 'score'").
+    assert "score" in grade, f"{name} was not graded: {grade}"
     assert (grade["score"], grade["max_score"]) == (HONEST[name], HONEST[name]), grade
     assert all(not t["findings"] for t in grade["tasks"]), grade
     assert grade["cell_problems"] == [] and grade["sandboxed"] is True

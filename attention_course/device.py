@@ -72,16 +72,41 @@ def get_device(prefer: str | torch.device | None = None) -> torch.device:
     return device
 
 
-def seed_everything(seed: int = 0) -> None:
-    """Seed Python's ``random``, NumPy and PyTorch (CPU and every CUDA device).
+CHAPTER_THREADS = 1
+"""PyTorch's CPU threads in the chapters and exercises (set by :func:`seed_everything`).
+
+One, because the course's matrices are small and its machines are shared. Measured with
+``benchmarks/threads.py`` on the course's 2-core machine (torch 2.13, medians of 7
+interleaved repeats): alone on the machine, two threads take 0.67x the time of one for
+chapter 13's training step and 1.06x for chapter 3's; while another process trains (a
+second pytest worker, a reader's other work), two threads take 2.2x the time of one for
+chapter 13's step, 40x for chapter 3's and 26x for one attention call, because each
+thread waits for a core the other process holds. One thread loses at most a third when
+the machine is idle and avoids the collapse when it is not (a report on this machine
+kind: chapter 13 ran 839 s with two threads, against 89 s with one). One thread also fixes
+the order of every sum, so a notebook prints the same digits wherever it runs.
+"""
+
+
+def seed_everything(seed: int = 0, *, threads: int | None = CHAPTER_THREADS) -> None:
+    """Seed Python's ``random``, NumPy and PyTorch (CPU and every CUDA device), and set
+    PyTorch's CPU thread count to ``threads`` (:data:`CHAPTER_THREADS`; ``None`` leaves it).
 
     Seeding makes a notebook's random numbers repeatable on one machine; the
-    notebooks additionally print rounded numbers so that CPU and GPU agree.
+    notebooks additionally print rounded numbers so that CPU and GPU agree. The thread
+    count is set here, in the one call every chapter and exercise makes first, so that
+    it is chosen in one place.
     """
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ValueError(f"seed: got {seed!r} ({type(seed).__name__}), expected an int")
+    if threads is not None and (
+        not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
+    ):
+        raise ValueError(f"threads: got {threads!r}, expected a positive int or None")
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
+    if threads is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)

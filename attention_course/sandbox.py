@@ -1384,12 +1384,15 @@ def grade_task(client: Client, task: dict, timeout: float) -> dict:
     if module.split(".")[0] == "attention_course":
         return {"status": "reference", "module": module}
     if task["kind"] == "quiz":
+        from .checks._runner import limits_in_wall_time
         from .quiz import check_quiz
 
-        report = check_quiz(task["question"], candidate, timeout=_wall(client, timeout))
+        with limits_in_wall_time():
+            report = check_quiz(task["question"], candidate, timeout=_wall(client, timeout))
         called: list = []
     else:
         from . import checks
+        from .checks._runner import limits_in_wall_time
 
         check = getattr(checks, task["checker"])
         # The kernel watches for the reference and the answer built-ins while it runs the
@@ -1397,7 +1400,8 @@ def grade_task(client: Client, task: dict, timeout: float) -> dict:
         # reference (`attention_course.cheats.watch_calls`, `built_on_reference`).
         builtins = list(getattr(check, "answer_builtins", ()))
         client.request(("watch", builtins, list(task.get("allowed", ()))))
-        report = check(candidate, timeout=_wall(client, timeout))
+        with limits_in_wall_time():
+            report = check(candidate, timeout=_wall(client, timeout))
         called = client.decode(client.request(("called",))[1]) if client.lost is None else []
     if client.lost is not None:
         raise client.lost

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 
 import pytest
@@ -90,8 +91,12 @@ def _mutates(scores, beta=1.0, dim=-1):
 
 
 def _sleeps(scores, beta=1.0, dim=-1):
-    time.sleep(2.0)
+    time.sleep(0.6)
     return torch.softmax(beta * scores, dim=dim)
+
+
+def _waits_forever(scores, beta=1.0, dim=-1):
+    threading.Event().wait()
 
 
 def _spins(scores, beta=1.0, dim=-1):
@@ -137,15 +142,34 @@ def test_student_problems_become_failed_cases(candidate, phrase):
     assert phrase in str(report), str(report)
 
 
-@pytest.mark.parametrize("candidate", [_sleeps, _spins])
-def test_time_limit(candidate):
-    # Behaviour, not wall-clock: `_sleeps` returns the right answer after 2 s, so it fails
-    # only if the 0.5 s limit stopped it; `_spins` never returns, so without the limit the
-    # test would hang rather than pass.
-    report = check_soft_argmax(candidate, timeout=0.5)
+def test_time_limit_counts_cpu_seconds():
+    # `_spins` never returns: without the limit the test would hang rather than pass.
+    report = check_soft_argmax(_spins, timeout=0.5)
     assert not report.passed
-    assert "ran over the time limit of 0.5 s" in str(report)
+    assert "ran over the time limit of 0.5 s of CPU time" in str(report)
     assert all(not r.passed for r in report.results)
+
+
+def test_waiting_is_not_cpu_time_but_has_a_guard():
+    # `_sleeps` waits 0.6 s per case, using no CPU: a 0.5 s CPU limit does not stop it (so a
+    # loaded machine, which also makes a case wait, changes no verdict) ...
+    report = check_soft_argmax(_sleeps, timeout=0.5)
+    assert report.passed, str(report)
+    # ... but a case that never finishes is stopped after the wall-time guard (5 s)
+    report = check_soft_argmax(_waits_forever, timeout=0.5)
+    assert not report.passed
+    assert "it waited 5 s without finishing" in str(report)
+    assert all(not r.passed for r in report.results)
+
+
+def test_grader_side_limits_are_wall_time():
+    # in the grader the candidate runs in another process: this one only waits
+    from attention_course.checks._runner import limits_in_wall_time
+
+    with limits_in_wall_time():
+        report = check_soft_argmax(_sleeps, timeout=0.5)
+    assert not report.passed
+    assert "ran over the time limit of 0.5 s: look for an endless loop" in str(report)
 
 
 def test_not_implemented_function():

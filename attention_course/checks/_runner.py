@@ -16,6 +16,7 @@ import inspect
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -399,8 +400,45 @@ def _async_raise(thread: threading.Thread, exc_type: type[BaseException]) -> Non
         pass
 
 
+WALL_FACTOR = 10.0  # a case's wall-time guard: this many times its CPU-time limit
+WALL_FLOOR = 5.0  # ... and never less than this many seconds
+
+
+_WALL_TIME_LIMITS = threading.local()
+
+
+@contextlib.contextmanager
+def limits_in_wall_time():
+    """Within this block, a case's limit is wall time, with no guard.
+
+    For the grader (`attention_course.sandbox`): there the candidate runs in another
+    process, whose CPU seconds the grader limits itself; this process only waits.
+    """
+    before = getattr(_WALL_TIME_LIMITS, "on", False)
+    _WALL_TIME_LIMITS.on = True
+    try:
+        yield
+    finally:
+        _WALL_TIME_LIMITS.on = before
+
+
+def _wall_guard(timeout: float) -> float:
+    """How long a case may wait (sleep, a lock, ``input()``) while it uses no CPU."""
+    if getattr(_WALL_TIME_LIMITS, "on", False):
+        return timeout
+    return max(timeout * WALL_FACTOR, WALL_FLOOR)
+
+
 def _run_in_thread(fn: Callable[[], object], timeout: float) -> tuple[str, object]:
-    """Run ``fn`` in a daemon thread: ("ok", value), ("error", exc) or ("timeout", None)."""
+    """Run ``fn`` in a daemon thread: ("ok", value), ("error", exc), or ("timeout", None),
+    ("waited", None) or ("wall", None) when it was stopped.
+
+    The limit counts the CPU seconds of this process (every thread of it: PyTorch's own
+    worker threads too), not wall time: a machine loaded by other jobs slows a case down
+    but does not give it more CPU seconds, so the verdict does not depend on the load.
+    A case that waits without using the CPU is stopped after :func:`_wall_guard` seconds.
+    Within :func:`limits_in_wall_time` the limit is wall time ("wall").
+    """
     box: dict[str, object] = {}
 
     def target() -> None:
@@ -409,12 +447,23 @@ def _run_in_thread(fn: Callable[[], object], timeout: float) -> tuple[str, objec
         except BaseException as error:  # noqa: BLE001 - reported to the main thread
             box["error"] = error
 
+    cpu_start, wall_start = time.process_time(), time.monotonic()
+    guard = _wall_guard(timeout)
+    wall_only = getattr(_WALL_TIME_LIMITS, "on", False)
     thread = threading.Thread(target=target, name="attention-course-check", daemon=True)
     thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
+    status = None
+    while status is None:
+        thread.join(min(0.05, timeout))
+        if not thread.is_alive():
+            break
+        if time.process_time() - cpu_start > timeout and not wall_only:
+            status = "timeout"
+        elif time.monotonic() - wall_start > guard:
+            status = "wall" if wall_only else "waited"
+    if status is not None:
         _async_raise(thread, _TimedOut)
-        return "timeout", None
+        return status, None
     if "error" in box:
         return "error", box["error"]
     return "ok", box.get("value")
@@ -441,17 +490,25 @@ def run_cases(target: str, cases: Sequence[Case], timeout: float) -> Report:
                 )
                 continue
             status, value = _run_in_thread(case.run, timeout)
-            if status == "timeout":
+            if status in ("timeout", "waited", "wall"):
                 timed_out_case = case.name
-                report.results.append(
-                    CaseResult(
-                        case.name,
-                        False,
+                if status == "wall":
+                    message = (
                         f"ran over the time limit of {timeout:g} s: look for an endless loop, "
-                        "or a loop over elements that should be one tensor operation",
-                        case.weight,
+                        "or a loop over elements that should be one tensor operation"
                     )
-                )
+                elif status == "timeout":
+                    message = (
+                        f"ran over the time limit of {timeout:g} s of CPU time: look for an "
+                        "endless loop, or a loop over elements that should be one tensor "
+                        "operation"
+                    )
+                else:
+                    message = (
+                        f"ran over the time limit: it waited {_wall_guard(timeout):g} s "
+                        "without finishing (sleeping, reading input or waiting for a lock?)"
+                    )
+                report.results.append(CaseResult(case.name, False, message, case.weight))
             elif status == "ok":
                 message = value if isinstance(value, str) else ""
                 report.results.append(CaseResult(case.name, True, message, case.weight))

@@ -135,9 +135,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="few repeats (for the test)")
     parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument(
-        "--busy", action="store_true", help="measure while another process trains"
-    )
+    parser.add_argument("--busy", action="store_true", help="measure while another process trains")
     args = parser.parse_args(argv)
     rival = None
     if args.busy:
@@ -156,14 +154,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.json:
         print(json.dumps(results, indent=2))
     else:
-        print(f"torch {torch.__version__}, {cores} cores, OMP_NUM_THREADS="
-              f"{os.environ.get('OMP_NUM_THREADS', '(unset)')}"
-              + (", while another process trains" if args.busy else ", no other work"))
+        print(
+            f"torch {torch.__version__}, {cores} cores, OMP_NUM_THREADS="
+            f"{os.environ.get('OMP_NUM_THREADS', '(unset)')}"
+            + (", while another process trains" if args.busy else ", no other work")
+        )
         for r in results:
             for t, row in r["threads"].items():
                 low, high = row["ratio_range"]
-                print(f"{r['workload']:14} threads={t}: {row['median_ms']:9.3f} ms per call, "
-                      f"x{row['ratio_to_1']:.2f} the time with 1 thread (range {low:.2f}-{high:.2f})")
+                print(
+                    f"{r['workload']:14} threads={t}: {row['median_ms']:9.3f} ms per call, "
+                    f"x{row['ratio_to_1']:.2f} the time with 1 thread "
+                    f"(range {low:.2f}-{high:.2f})"
+                )
     return results
 
 

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .notebooks import toc_files
+from .grading.notebooks import toc_files
 
 
 def _version(dist: str) -> str:
@@ -112,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--build", action="store_true", help="also build the book strictly")
     p.set_defaults(func=doctor)
 
-    from . import grading, release
+    from .grading import grade as grading
+    from .grading import release
 
     p = sub.add_parser(
         "release",

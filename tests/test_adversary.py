@@ -30,8 +30,8 @@ pytest.importorskip("nbclient")
 import torch  # noqa: E402
 
 import attention_course as ac  # noqa: E402
-from attention_course import grading  # noqa: E402
-from attention_course.cheats import (  # noqa: E402
+from attention_course.grading import grade as grading  # noqa: E402
+from attention_course.grading.cheats import (  # noqa: E402
     WATCH_OFF,
     built_on_reference,
     scan_notebook,
@@ -372,10 +372,10 @@ def test_a_trusted_notebook_of_an_unknown_exercise_is_graded_on_its_own_list(gra
 
 
 def test_a_notebook_that_rebinds_the_watch_scores_zero_on_every_task(graded):
-    # a cell that no task uses rebinds `attention_course.cheats.watch_calls` in the kernel
+    # a cell that no task uses rebinds `attention_course.grading.cheats.watch_calls` in the kernel
     # (where the watch runs) and hands the reference over through `builtins`: 5/5 before
     grade = graded("adv_patch_watch")
-    reason = "the notebook reaches into the grader's own code (`attention_course.cheats`)"
+    reason = "the notebook reaches into the grader's own code (`attention_course.grading.cheats`)"
     assert grade.score == 0, grade.table()
     for task in grade.tasks:
         assert task.reason.startswith(CHEAT + reason), task.reason
@@ -386,7 +386,7 @@ def test_the_grader_s_modules_are_flagged_in_any_cell():
     findings = scan_notebook(nb, grading.find_tasks(nb))
     assert set(findings) == {SDPA, "predicted_variances", "which_bug"}
     assert {(f.kind, f.what) for f in findings["which_bug"]} == {
-        ("watch", "attention_course.cheats")
+        ("watch", "attention_course.grading.cheats")
     }
     for source in (
         "from attention_course import sandbox",
@@ -400,7 +400,7 @@ def test_the_grader_s_modules_are_flagged_in_any_cell():
 
 
 def test_operator_spellings_of_the_answer_are_flagged():
-    from attention_course.cheats import _matches_builtin
+    from attention_course.grading.cheats import _matches_builtin
 
     sdpa = ("torch.nn.functional.scaled_dot_product_attention",)
     norm = ("torch.nn.LayerNorm", "torch.nn.functional.layer_norm")
@@ -576,7 +576,7 @@ def test_a_computed_read_of_another_module_is_still_a_finding(module):
 
 
 def test_the_message_of_a_built_in_the_watch_saw():
-    from attention_course.cheats import Finding
+    from attention_course.grading.cheats import Finding
 
     finding = Finding("x", "called-builtin", -1, 0, "torch.nn.functional.softmax")
     assert finding.message() == (
@@ -625,7 +625,7 @@ def test_a_variable_named_like_an_import_of_another_cell_is_the_functions_own():
 
 
 def _released(stem: str):
-    from attention_course.release import released_given
+    from attention_course.grading.release import released_given
 
     path = ROOT / "exercises" / "solutions" / f"{stem}.ipynb"
     nb = nbformat.read(path, as_version=4)
@@ -642,8 +642,8 @@ def _replace_solution(nb, name: str, body: str) -> None:
 
 
 def test_the_released_given_code_is_what_every_student_copy_gives():
-    from attention_course.cheats import given_code
-    from attention_course.release import make_student_notebook, released_given
+    from attention_course.grading.cheats import given_code
+    from attention_course.grading.release import make_student_notebook, released_given
 
     released = released_given()
     assert sorted(released) == [p.stem for p in SOLUTIONS]
@@ -688,7 +688,7 @@ def test_an_import_the_student_adds_is_not_a_building_block():
     assert scan_notebook(nb, tasks, None) == {}  # trusting the notebook's own cells
     nb6, tasks6, given6 = _released("06_multi_head_attention")
     assert scan_notebook(nb6, tasks6, given6) == {}  # the given building block stays allowed
-    from attention_course.cheats import allowed_names
+    from attention_course.grading.cheats import allowed_names
 
     names = allowed_names(nb6, tasks6[-1], given6)
     assert "scaled_dot_product_attention" in names

@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attention_course.notebooks import toc_files
+from attention_course.grading.notebooks import toc_files
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb")) + sorted((ROOT / "exercises").rglob("*.ipynb"))

@@ -18,9 +18,9 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
-from attention_course import grading  # noqa: E402
-from attention_course.cheats import scan_notebook  # noqa: E402
 from attention_course.checks import CHECKERS  # noqa: E402
+from attention_course.grading import grade as grading  # noqa: E402
+from attention_course.grading.cheats import scan_notebook  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ROOT = FIXTURES.parents[1]
@@ -126,7 +126,7 @@ def fork_grade(tmp_path_factory):
     command = [
         sys.executable,
         "-m",
-        "attention_course.grading",
+        "attention_course.grading.grade",
         str(path),
         "--json",
         "--no-sandbox",

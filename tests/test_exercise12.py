@@ -202,8 +202,8 @@ def test_recorders_are_per_thread_and_the_kernels_record_is_checked_as_data():
     never sees the other's tensors; a malformed record from a kernel is refused."""
     import threading
 
-    from attention_course import sandbox
     from attention_course.checks import _sizes
+    from attention_course.grading import sandbox
 
     seen = {}
     with record_sizes() as largest:
@@ -306,7 +306,7 @@ def test_grader_gives_full_marks_and_catches_the_whole_matrix_in_the_kernel(tmp_
     T × S score matrix loses the points of that task only, with the named reason, although
     its function runs in the student's kernel and not in the grader."""
     pytest.importorskip("nbclient")
-    from attention_course import grading
+    from attention_course.grading import grade as grading
 
     solved = grading.grade_notebook(TWIN)
     assert [(t.name, t.score) for t in solved.tasks] == [
@@ -346,7 +346,7 @@ def test_grader_refuses_numpy_and_a_row_of_scores_in_the_kernel(tmp_path):
     pytest.importorskip("nbclient")
     import inspect
 
-    from attention_course import grading
+    from attention_course.grading import grade as grading
 
     numpy_mask = "import numpy as np\n\n" + inspect.getsource(buggy.loop_numpy_mask).replace(
         "loop_numpy_mask", "tiled_attention_loop"

@@ -128,7 +128,8 @@ def test_hints_in_three_tiers():
 def test_gradebook_outputs_without_a_kernel():
     import io
 
-    from attention_course import gradebook, grading
+    from attention_course.grading import grade as grading
+    from attention_course.grading import gradebook
 
     def task(score, reason=""):
         return grading.TaskGrade(

@@ -16,7 +16,8 @@ import pytest
 pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
-from attention_course import cli, isolation  # noqa: E402
+from attention_course import cli  # noqa: E402
+from attention_course.grading import isolation  # noqa: E402
 
 if isolation.bwrap() is None:  # pragma: no cover - CI installs bubblewrap
     pytest.skip("bubblewrap is not installed", allow_module_level=True)
@@ -61,8 +62,9 @@ def test_a_given_block_by_its_module_path_is_no_finding():
     the task's own target by its module path still is the reference."""
     import nbformat
 
-    from attention_course import cheats, grading
-    from attention_course.release import released_given
+    from attention_course.grading import cheats
+    from attention_course.grading import grade as grading
+    from attention_course.grading.release import released_given
 
     nb = nbformat.reads((FIXTURES / "honest_module_path.ipynb.json").read_text(), 4)
     _, tasks, _ = grading.tasks_to_grade(nb, "10_transformer.ipynb")

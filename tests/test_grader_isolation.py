@@ -22,7 +22,8 @@ import pytest
 pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
-from attention_course import cli, isolation  # noqa: E402
+from attention_course import cli  # noqa: E402
+from attention_course.grading import isolation  # noqa: E402
 
 if isolation.bwrap() is None:  # pragma: no cover - CI installs bubblewrap
     pytest.skip("bubblewrap is not installed", allow_module_level=True)

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from attention_course import cli, gradebook, grading
+from attention_course import cli
+from attention_course.grading import grade as grading
+from attention_course.grading import gradebook
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLVED = ROOT / "exercises" / "solutions" / "05_masking.ipynb"

@@ -14,7 +14,8 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
-from attention_course import cli, grading  # noqa: E402
+from attention_course import cli  # noqa: E402
+from attention_course.grading import grade as grading  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "06_multi_head_attention.ipynb"

@@ -1,7 +1,7 @@
 """The grader's checks are out of the student's reach (issue #17, section 1).
 
 ``attention-course grade`` runs each checker in its own process on proxies of the
-student's objects (:mod:`attention_course.sandbox`). Two things are tested here:
+student's objects (:mod:`attention_course.grading.sandbox`). Two things are tested here:
 
 * the proxies change nothing for an honest notebook: each task's report equals the one
   the same checker gives in-process on the notebook's own objects (solved twins: full
@@ -29,7 +29,8 @@ pytest.importorskip("nbclient")
 
 import torch  # noqa: E402
 
-from attention_course import grading, sandbox  # noqa: E402
+from attention_course.grading import grade as grading  # noqa: E402
+from attention_course.grading import sandbox  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"

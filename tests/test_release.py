@@ -16,7 +16,7 @@ nbformat = pytest.importorskip("nbformat")
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook  # noqa: E402
 
 from attention_course.checks import REGISTRY  # noqa: E402
-from attention_course.release import (  # noqa: E402
+from attention_course.grading.release import (  # noqa: E402
     ReleaseError,
     differences,
     make_student_notebook,
@@ -211,7 +211,7 @@ def test_check_names_a_stale_released_task_list(tmp_path, monkeypatch):
     """`release --check` fails when exercise_tasks.json no longer matches a solved twin."""
     import json
 
-    from attention_course import release as release_module
+    from attention_course.grading import release as release_module
 
     solution = SOLUTIONS[3]  # 04_scaled_dot_product
     released = json.loads(release_module.tasks_path().read_text(encoding="utf-8"))

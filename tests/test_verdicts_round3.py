@@ -309,7 +309,7 @@ def _thread_session(namespace: dict):
     """A session whose "kernel" is a thread of this process (as in test_isolation)."""
     import threading
 
-    from attention_course import sandbox
+    from attention_course.grading import sandbox
 
     def execute(source: str) -> str:
         threading.Thread(target=exec, args=(source, namespace), daemon=True).start()

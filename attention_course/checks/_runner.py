@@ -411,7 +411,7 @@ _WALL_TIME_LIMITS = threading.local()
 def limits_in_wall_time():
     """Within this block, a case's limit is wall time, with no guard.
 
-    For the grader (`attention_course.sandbox`): there the candidate runs in another
+    For the grader (`attention_course.grading.sandbox`): there the candidate runs in another
     process, whose CPU seconds the grader limits itself; this process only waits.
     """
     before = getattr(_WALL_TIME_LIMITS, "on", False)
@@ -561,7 +561,7 @@ def checker(
 
     ``answer_builtins`` names, by their full dotted paths, the PyTorch built-ins that *are*
     the answer to the task (``"torch.nn.functional.layer_norm"``, ``"torch.nn.LayerNorm"``):
-    the grader flags a solution that calls one (`attention_course.cheats`). List only a
+    the grader flags a solution that calls one (`attention_course.grading.cheats`). List only a
     built-in that does the whole task, not one a solution may use as a step.
     ``chapter`` names the book chapter that teaches the target (``"07_layernorm"``), for
     the tiered hints of `Report.hint`. Both are kept as attributes of the checker.

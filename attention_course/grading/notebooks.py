@@ -73,7 +73,9 @@ def missing_tools(command: str, stream: TextIO = sys.stdout) -> bool:
         import nbclient  # noqa: F401
         import nbformat  # noqa: F401
     except ImportError as err:
-        print(f"{command}: {err.name} is missing: pip install 'attention-course[dev]'", file=stream)
+        print(
+            f"{command}: {err.name} is missing: pip install 'attention-course[grader]'", file=stream
+        )
         return True
     return False
 

@@ -33,7 +33,7 @@ Two looks, both used by ``attention-course grade``:
   reference's own (wrappers such as ``functools.partial``, ``singledispatch`` or a thread
   pool hide nothing). It also reports a hook switched off while it watched. It sees what
   the static scan cannot (strings assembled at run time, objects fetched from
-  ``globals()``). The kernel side (`attention_course.sandbox`) adds the candidate's
+  ``globals()``). The kernel side (`attention_course.grading.sandbox`) adds the candidate's
   classes that inherit from the reference (`built_on_reference`).
 """
 
@@ -342,7 +342,7 @@ def scan_notebook(
     nb: Any, tasks: Sequence[dict], given: dict | None = None
 ) -> dict[str, list[Finding]]:
     """The findings of every task, by task id (tasks without findings are left out)."""
-    from .checks import CHECKERS
+    from ..checks import CHECKERS
 
     cell_index = {}
     solution_cells = set()
@@ -657,7 +657,7 @@ def _scan_anywhere(book: _Notebook, aliases: dict[str, str], used: set[int]) -> 
     for every task: ``(kind, cell, node, what)``.
 
     The dynamic watch runs in the student's kernel, so a cell that no task uses can still
-    rebind it (``attention_course.cheats.watch_calls = ...``) before the grader's probe.
+    rebind it (``attention_course.grading.cheats.watch_calls = ...``) before the grader's probe.
     The grader's own modules (`MACHINERY`) are flagged in any cell; the watch switches
     and code run from strings or imports by computed names in the cells that no task's
     solution uses (`used`; in those it uses, they are that task's findings)."""
@@ -730,10 +730,9 @@ def _check_call(call: ast.Call, cell: int, aliases: dict[str, str], add, check_p
 # ---------------------------------------------------------------- dynamic watch
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # attention_course/
 _TRUSTED_SUBDIRS = tuple(
-    os.path.join(_PACKAGE_DIR, name)
-    for name in ("checks", "grading.py", "quiz.py", "cheats.py", "sandbox.py")
+    os.path.join(_PACKAGE_DIR, name) for name in ("checks", "grading", "quiz.py")
 )
 
 
@@ -773,7 +772,7 @@ def _is_trusted(filename: str) -> bool:
 
 
 _STDLIB = os.path.dirname(os.path.abspath(threading.__file__)) + os.sep
-_SANDBOX = os.path.join(_PACKAGE_DIR, "sandbox.py")
+_SANDBOX = os.path.join(_PACKAGE_DIR, "grading", "sandbox.py")
 _TORCH_DIR = ""
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from .grading import Grade
+from .grade import Grade
 
 MISTAKE = re.compile(r"^\s*(?:Likely mistake|Hint):\s*(.+?)\s*$", re.MULTILINE)
 TIMED_OUT = re.compile(r"ran over the (?:CPU )?time limit|did not finish")
@@ -54,7 +54,7 @@ class Entry:
 
     @classmethod
     def from_dict(cls, data: dict) -> Entry:
-        from .grading import Grade
+        from .grade import Grade
 
         grade = Grade.from_dict(data) if "tasks" in data else None
         return cls(
@@ -384,7 +384,7 @@ def to_json(entries: Sequence[Entry]) -> dict:
 def feedback(entry: Entry) -> str:
     """The student's feedback (Markdown): each task, its score, the first failing case
     and its diagnosis, and the first hint (the concept)."""
-    from .checks._hints import hint
+    from ..checks._hints import hint
 
     grade = entry.grade
     lines = [

@@ -74,7 +74,7 @@ MAX_ITEMS = 100_000  # items of a list, tuple, dict or iterator sent back
 MAX_DEPTH = 32  # nesting of containers sent back
 INTERRUPT_GRACE = 5.0  # seconds a kernel has to come back after an interrupt
 WALL_FACTOR = 10.0  # a CPU-time limit's wall-time guard: this many times the limit
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # attention_course/
 _THIS_FILE = os.path.abspath(__file__)
 _CHECKS_DIR = os.path.join(_PACKAGE_DIR, "checks") + os.sep
 
@@ -470,7 +470,7 @@ class _Server:
     @contextlib.contextmanager
     def _watching(self):
         """Record the reference and answer built-ins called from the student's code
-        (:func:`attention_course.cheats.watch_calls`) while a call runs, when asked to."""
+        (:func:`attention_course.grading.cheats.watch_calls`) while a call runs, when asked to."""
         if self.watch is None:
             yield
             return
@@ -534,7 +534,7 @@ def _recording(active: bool):
     if not active:
         yield None
         return
-    from .checks._sizes import LargestTensor
+    from ..checks._sizes import LargestTensor
 
     with LargestTensor() as mode:
         yield mode
@@ -615,7 +615,7 @@ def probe_source(path: str, token: str) -> str:
     """The probe cell the grader sends to the kernel (through ``__import__``, so that names
     the notebook rebound do not interfere with starting the server)."""
     return (
-        "__import__('attention_course.sandbox', fromlist=['_']).serve("
+        "__import__('attention_course.grading.sandbox', fromlist=['_']).serve("
         f"globals(), {path!r}, {token!r})"
     )
 
@@ -1063,13 +1063,13 @@ def _note_largest(largest) -> None:
         and type(largest[3]) is str
     ):
         raise SandboxError("the kernel sent a malformed record of tensor sizes")
-    from .checks import _sizes
+    from ..checks import _sizes
 
     _sizes.note(*largest)
 
 
 def _recording_sizes() -> bool:
-    from .checks import _sizes
+    from ..checks import _sizes
 
     return _sizes.active()
 
@@ -1322,7 +1322,7 @@ class Session:
                     self.msg_id = None
                     raise SandboxError(
                         "the grader's probe ended without connecting: the notebook broke "
-                        "`attention_course.sandbox` or the import machinery"
+                        "`attention_course.grading.sandbox` or the import machinery"
                     )
                 if time.monotonic() > deadline:
                     raise KernelLost("hung", "the kernel did not start the grader's probe")
@@ -1351,7 +1351,7 @@ def warm_up() -> threading.Thread:
     backward in a process takes a second or more), while the notebook's cells run."""
 
     def work() -> None:
-        from . import checks, quiz  # noqa: F401
+        from .. import checks, quiz  # noqa: F401
 
         x = torch.ones(2, dtype=torch.float64, requires_grad=True)
         (x * x).sum().backward()
@@ -1384,20 +1384,20 @@ def grade_task(client: Client, task: dict, timeout: float) -> dict:
     if module.split(".")[0] == "attention_course":
         return {"status": "reference", "module": module}
     if task["kind"] == "quiz":
-        from .checks._runner import limits_in_wall_time
-        from .quiz import check_quiz
+        from ..checks._runner import limits_in_wall_time
+        from ..quiz import check_quiz
 
         with limits_in_wall_time():
             report = check_quiz(task["question"], candidate, timeout=_wall(client, timeout))
         called: list = []
     else:
-        from . import checks
-        from .checks._runner import limits_in_wall_time
+        from .. import checks
+        from ..checks._runner import limits_in_wall_time
 
         check = getattr(checks, task["checker"])
         # The kernel watches for the reference and the answer built-ins while it runs the
         # student's code, and reports a watch switched off or a class built on the
-        # reference (`attention_course.cheats.watch_calls`, `built_on_reference`).
+        # reference (`attention_course.grading.cheats.watch_calls`, `built_on_reference`).
         builtins = list(getattr(check, "answer_builtins", ()))
         client.request(("watch", builtins, list(task.get("allowed", ()))))
         with limits_in_wall_time():

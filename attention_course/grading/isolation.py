@@ -78,7 +78,7 @@ class Limits:
     file_size: int = DEFAULT_FILE_SIZE  # RLIMIT_FSIZE, bytes
 
     def kernel_arguments(self) -> list[str]:
-        """The ``attention_course._kernel`` options that set these limits."""
+        """The ``attention_course.grading._kernel`` options that set these limits."""
         return [
             f"--memory-limit={int(self.memory)}",
             f"--max-processes={int(self.processes)}",
@@ -139,7 +139,7 @@ class Scratch:
 
 
 def _package_dir() -> Path:
-    return Path(__file__).resolve().parent
+    return Path(__file__).resolve().parent.parent  # attention_course/, not grading/
 
 
 def _read_only_paths() -> list[tuple[str, str]]:
@@ -255,7 +255,7 @@ def check(hidden: list[Path] = (), limits: Limits | None = None) -> dict:
     try:
         paths = sorted({str(Path(p).resolve()) for p in hidden} | {_solutions_dir()})
         boot = (
-            "import sys; from attention_course.isolation import set_limits; "
+            "import sys; from attention_course.grading.isolation import set_limits; "
             f"set_limits(0, {limits.processes}, {limits.cpu_seconds}, 0, True); "
             "source = sys.argv[1]; sys.argv = sys.argv[1:]; exec(source)"
         )

@@ -2,7 +2,7 @@
 
 ``attention-course grade SUBMISSION.ipynb [--json] [--timeout SECONDS]``, or for a class
 ``attention-course grade DIR_OR_FILES... [--jobs N] [--csv FILE] [--junit FILE] [--json]``
-(`attention_course.gradebook`).
+(`attention_course.grading.gradebook`).
 
 1. The notebook runs top to bottom in a fresh ``python3`` kernel (nbclient), each cell
    under a time limit. A cell that raises or runs over its limit is recorded and the run
@@ -16,7 +16,7 @@
    note; ``--trust-notebook`` grades an instructor's own notebook on its metadata), the
    grader runs
    the task's checker, or its quiz check, **in its own process**, on a proxy of the
-   student's object (:mod:`attention_course.sandbox`): the kernel only evaluates the
+   student's object (:mod:`attention_course.grading.sandbox`): the kernel only evaluates the
    student's code on the inputs it is sent and returns the results as data. Nothing the
    notebook patches (the checkers, ``torch.allclose``, ``Tensor.__eq__``, the report,
    printed lines) can change a score, and the checkers and their messages are the ones
@@ -27,7 +27,7 @@
    code, a check that ran over its time limit (the call is interrupted), a kernel that
    died during the check or did not come back after an interrupt. A solution that
    calls the reference or the built-in that is the answer scores 0
-   (`attention_course.cheats`; ``--allow-builtins`` makes a built-in a note).
+   (`attention_course.grading.cheats`; ``--allow-builtins`` makes a built-in a note).
 4. The table shows, for each task that lost points, the first failing case with its
    whole message: the first line on the task's row, then the lines that name the
    mistake ("Likely mistake: ...", "Hint: ...") or the line of code that raised,
@@ -62,7 +62,7 @@ from .notebooks import (
     notebook_client,
 )
 
-if TYPE_CHECKING:  # nbformat and nbclient come with the `dev` extra; imported when used
+if TYPE_CHECKING:  # nbformat and nbclient come with the `grader` extra; imported when used
     from nbformat import NotebookNode
 
 DEFAULT_TIMEOUT = 60.0
@@ -260,7 +260,7 @@ class UnknownExercise(ValueError):
 
 def exercise_tasks() -> dict[str, list[dict]]:
     """The instructor's task list of every exercise, by exercise key, as
-    ``attention-course release`` wrote it (`attention_course.release.released_tasks`)."""
+    ``attention-course release`` wrote it (`attention_course.grading.release.released_tasks`)."""
     from .release import released_tasks
 
     return released_tasks()
@@ -300,7 +300,7 @@ def tasks_to_grade(
 
 def _checker_names() -> set[str]:
     """The checkers' function names, for notebooks without task metadata."""
-    from .checks import REGISTRY
+    from ..checks import REGISTRY
 
     return {c.check.__name__ for c in REGISTRY}
 
@@ -587,7 +587,7 @@ def grade_notebook(
     :class:`UnknownExercise` for a notebook of no released exercise, and nothing else
     because of the submission.
 
-    ``sandbox``: the kernel runs in a bubblewrap sandbox (`attention_course.isolation`)
+    ``sandbox``: the kernel runs in a bubblewrap sandbox (`attention_course.grading.isolation`)
     that sees a copy of this one notebook and nothing else of the machine's files; raises
     :class:`isolation.SandboxUnavailable` when no sandbox can be made. ``limits``: the
     sandbox's `isolation.Limits` (default: ``memory_limit`` and the defaults).

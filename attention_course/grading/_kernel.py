@@ -1,6 +1,6 @@
 """The grader's kernel: the current interpreter, under a memory limit, over IPC sockets.
 
-``python -m attention_course._kernel --memory-limit BYTES -- -f CONNECTION_FILE`` sets
+``python -m attention_course.grading._kernel --memory-limit BYTES -- -f CONNECTION_FILE`` sets
 ``RLIMIT_DATA`` (on Linux 4.7 and later: the private writable memory the process may
 map, heap and anonymous ``mmap`` alike) on itself and then starts the usual
 ``ipykernel`` kernel. ``RLIMIT_DATA`` rather than ``RLIMIT_AS`` (all address space):
@@ -55,7 +55,7 @@ def _kernel_manager_class():
     from jupyter_client.manager import AsyncKernelManager
 
     class GraderKernelManager(AsyncKernelManager):
-        """Launches ``python -m attention_course._kernel`` with a memory limit, over IPC."""
+        """Launches ``python -m attention_course.grading._kernel`` with a memory limit, over IPC."""
 
         memory_limit: int = DEFAULT_MEMORY_LIMIT
         scratch = None  # an isolation.Scratch: the kernel runs in a bwrap sandbox
@@ -69,7 +69,7 @@ def _kernel_manager_class():
                 return [
                     cmd[0],
                     "-m",
-                    "attention_course._kernel",
+                    "attention_course.grading._kernel",
                     f"--memory-limit={int(self.memory_limit)}",
                     "--",
                     *cmd[3:],
@@ -77,7 +77,7 @@ def _kernel_manager_class():
             from . import isolation
 
             limits = self.limits or isolation.Limits(memory=self.memory_limit)
-            kernel = [cmd[0], "-m", "attention_course._kernel", *limits.kernel_arguments()]
+            kernel = [cmd[0], "-m", "attention_course.grading._kernel", *limits.kernel_arguments()]
             return isolation.command([*kernel, "--", *cmd[3:]], self.scratch)
 
         def kernel_pid(self) -> int | None:

@@ -19,8 +19,8 @@ fresh ``python3`` kernel so that the student copy is committed with the failing
 It also records each exercise's task list, as the solved twin declares it
 (``metadata.attention_course.tasks``), in the package's ``exercise_tasks.json`` under the
 twin's file stem: the grader grades those tasks, never the list in a submission, which a
-student can edit (:func:`attention_course.grading.tasks_to_grade`), and what the student
-copy gives in ``exercise_given.json`` (:func:`attention_course.cheats.given_code`): the
+student can edit (:func:`attention_course.grading.grade.tasks_to_grade`), and what the student
+copy gives in ``exercise_given.json`` (:func:`attention_course.grading.cheats.given_code`): the
 reference names its given cells import are the building blocks the cheat scan allows
 (an import a student adds is not one), and a statement it gives, kept verbatim
 (``model = ac.GPT(...)``), is not the student's use of the reference.
@@ -215,12 +215,12 @@ def declared_tasks(solution: NotebookNode, solution_path: Path) -> list[dict]:
 
 def tasks_path() -> Path:
     """The package's ``exercise_tasks.json``: each exercise's released task list."""
-    return Path(__file__).resolve().parent / "exercise_tasks.json"
+    return Path(__file__).resolve().parent.parent / "exercise_tasks.json"
 
 
 def given_path() -> Path:
     """The package's ``exercise_given.json``: what each exercise's student copy gives."""
-    return Path(__file__).resolve().parent / "exercise_given.json"
+    return Path(__file__).resolve().parent.parent / "exercise_given.json"
 
 
 def _released(path: Path) -> dict:
@@ -236,7 +236,7 @@ def _record(path: Path, key: str, value) -> None:
 
 
 def released_given() -> dict[str, dict]:
-    """Every exercise's given code (`attention_course.cheats.given_code`), by key."""
+    """Every exercise's given code (`attention_course.grading.cheats.given_code`), by key."""
     return _released(given_path())
 
 

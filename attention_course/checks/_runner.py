@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._policy import policy_problem
 from ._report import CaseResult, Report
 
 NOT_IMPLEMENTED_MESSAGE = "not implemented yet: replace `raise NotImplementedError` with your code"
@@ -551,6 +552,7 @@ def checker(
     class_name: str | None = None,
     *,
     answer_builtins: Sequence[str] = (),
+    forbid: bool = True,
     chapter: str | None = None,
 ):
     """Turn ``cases(candidate) -> list[Case]`` into ``check_<target>(candidate, *, timeout)``.
@@ -561,8 +563,11 @@ def checker(
 
     ``answer_builtins`` names, by their full dotted paths, the PyTorch built-ins that *are*
     the answer to the task (``"torch.nn.functional.layer_norm"``, ``"torch.nn.LayerNorm"``):
-    the grader flags a solution that calls one (`attention_course.grading.cheats`). List only a
-    built-in that does the whole task, not one a solution may use as a step.
+    the task's policy (`attention_course.checks._policy`) forbids them: the check cell, in a
+    notebook, and the grader give 0 to a solution that uses one, with the same message.
+    ``forbid=False`` makes them notes for the instructor only (the statement does not
+    forbid them). List only a built-in that does the whole task, not one a solution may
+    use as a step.
     ``chapter`` names the book chapter that teaches the target (``"07_layernorm"``), for
     the tiered hints of `Report.hint`. Both are kept as attributes of the checker.
     """
@@ -576,6 +581,9 @@ def checker(
                 need = "is an nn.Module class"
             if problem:
                 return single_failure(target, need, problem)
+            broken = policy_problem(candidate, target, check.answer_builtins if forbid else ())
+            if broken:
+                return single_failure(target, "follows the task's rules", broken)
             return run_cases(target, cases(candidate), timeout)
 
         check.__name__ = check.__qualname__ = f"check_{target}"
@@ -583,6 +591,7 @@ def checker(
         check.__module__ = cases.__module__
         check.target = target
         check.answer_builtins = tuple(answer_builtins)
+        check.forbid = forbid
         check.chapter = chapter
         return check
 

@@ -117,7 +117,12 @@ def _causal_meta_case(candidate, size: int):
     return run
 
 
-@checker("causal_mask", answer_builtins=("torch.nn.Transformer.generate_square_subsequent_mask",))
+@checker(
+    "causal_mask",
+    # the statement does not forbid it: a note for the instructor, not a zero
+    answer_builtins=("torch.nn.Transformer.generate_square_subsequent_mask",),
+    forbid=False,
+)
 def check_causal_mask(candidate) -> list[Case]:
     """Check ``causal_mask(size, device=None) -> bool (size, size)``, True on and below
     the diagonal."""

@@ -7,6 +7,7 @@ with the grader's own static scan; these tests play a kernel: a ``__main__`` who
 holds the cells, and functions defined there.
 """
 
+import ast
 import json
 import re
 import sys
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from attention_course.checks import CHECKERS, check_causal_mask, check_soft_argmax
-from attention_course.checks._policy import breaks_policy, policy_record
-from attention_course.checks._scan import Finding
+from attention_course.checks._policy import breaks_policy, policy_problem, policy_record
+from attention_course.checks._scan import Finding, scan_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -186,3 +187,96 @@ def test_every_statement_quotes_its_tasks_forbidden_builtins():
                 if _words(name) not in statement:
                     missing.append(f"{exercise}: {task['name']}: {path}")
     assert missing == []
+
+
+# ---------------------------------------------------------------- every solved twin
+
+
+def _released():
+    tasks = json.loads((ROOT / "attention_course" / "exercise_tasks.json").read_text())
+    given = json.loads((ROOT / "attention_course" / "exercise_given.json").read_text())
+    return tasks, given
+
+
+def _cells(nb: dict) -> list[str]:
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def _check_cell_verdict(monkeypatch, cells: list[str], task: dict) -> str:
+    """What the check cell's policy says of ``task`` in a kernel that ran ``cells``."""
+    monkeypatch.setattr(sys.modules["__main__"], "In", ["", *cells], raising=False)
+    candidate = type("Candidate", (), {"__module__": "__main__"})  # only its name is read
+    candidate.__name__ = task["name"]
+    checker = CHECKERS[task["checker"].removeprefix("check_")]
+    return policy_problem(candidate, checker.target, policy_record(checker)["forbidden"])
+
+
+def _grader_verdict(nb: dict, task: dict, given: dict) -> list[str]:
+    """The findings the grader zeroes ``task`` for (`grade._apply_findings`)."""
+    import nbformat
+
+    from attention_course.grading.grade import _policy
+
+    record = {**task, **_policy(task)}
+    findings = scan_notebook(nbformat.reads(json.dumps(nb), 4), [record], given).get(task["id"], [])
+    return [f.message() for f in findings if breaks_policy(f, record["forbidden"])]
+
+
+def _forbidden_line(path: str) -> str:
+    """A line that uses the built-in ``path``, as a student would write it."""
+    if path.startswith("torch.Tensor."):
+        return f"    _unused = torch.zeros(2).{path.rsplit('.', 1)[-1]}"
+    return f"    _unused = {path}"
+
+
+EXERCISES = sorted(_released()[0])
+
+
+@pytest.mark.parametrize("exercise", EXERCISES)
+def test_check_cell_and_grader_agree_on_every_solved_twin(exercise, monkeypatch):
+    """The solved twin: neither side objects. The same twin with each forbidden built-in
+    used in a task's solution: both object, naming the same built-in."""
+    pytest.importorskip("nbformat")
+    tasks, given = _released()
+    nb = json.loads((ROOT / "exercises" / "solutions" / f"{exercise}.ipynb").read_text())
+    checks = [t for t in tasks[exercise] if t["kind"] == "check"]
+    for task in checks:
+        assert _check_cell_verdict(monkeypatch, _cells(nb), task) == "", task["name"]
+        assert _grader_verdict(nb, task, given[exercise]) == [], task["name"]
+    for task in checks:
+        checker = CHECKERS[task["checker"].removeprefix("check_")]
+        for path in policy_record(checker)["forbidden"]:
+            mutated = json.loads(json.dumps(nb))
+            cell = next(
+                c
+                for c in mutated["cells"]
+                if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                == task["solution_cell"]
+            )
+            source = "".join(cell["source"])
+            # the line goes into the body of the task's own def or class
+            tree = ast.parse(source)
+            node = next(
+                n
+                for n in tree.body
+                if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == task["name"]
+            )
+            body = (
+                node
+                if isinstance(node, ast.FunctionDef)
+                else next(n for n in node.body if isinstance(n, ast.FunctionDef))
+            )
+            lines = source.split("\n")
+            first = body.body[0].lineno - 1
+            indent = len(lines[first]) - len(lines[first].lstrip())
+            lines.insert(first, " " * (indent - 4) + _forbidden_line(path))
+            cell["source"] = "\n".join(lines)
+            short = path.rsplit(".", 1)[-1]
+            check_says = _check_cell_verdict(monkeypatch, _cells(mutated), task)
+            grader_says = _grader_verdict(mutated, task, given[exercise])
+            assert short in check_says, (task["name"], path, check_says)
+            assert grader_says and all(short in m or "operator" in m for m in grader_says[:1]), (
+                task["name"],
+                path,
+                grader_says,
+            )

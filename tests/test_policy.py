@@ -218,8 +218,9 @@ def _grader_verdict(nb: dict, task: dict, given: dict) -> list[str]:
     from attention_course.grading.grade import _policy
 
     record = {**task, **_policy(task)}
-    findings = scan_notebook(nbformat.reads(json.dumps(nb), 4), [record], given).get(task["id"], [])
-    return [f.message() for f in findings if breaks_policy(f, record["forbidden"])]
+    book = nbformat.reads(json.dumps(nb), 4)
+    findings = scan_notebook(book, [record], given).get(task["id"], [])
+    return [f.message() for f in findings if breaks_policy(f, record.get("forbidden", []))]
 
 
 def _forbidden_line(path: str) -> str:
@@ -280,3 +281,34 @@ def test_check_cell_and_grader_agree_on_every_solved_twin(exercise, monkeypatch)
                 path,
                 grader_says,
             )
+
+
+def test_the_package_rope_given_for_one_task_is_not_allowed_in_another(monkeypatch):
+    # exercise 14 imports the package's RoPE for its rope_attention task; task 1 asks for
+    # apply_rope itself: a task 1 that calls it fails in the check cell and in the grader
+    pytest.importorskip("nbformat")
+    tasks, given = _released()
+    exercise = "14_positions_that_generalise"
+    nb = json.loads((ROOT / "exercises" / "solutions" / f"{exercise}.ipynb").read_text())
+    task = next(t for t in tasks[exercise] if t["name"] == "apply_rope")
+    cell = next(
+        c
+        for c in nb["cells"]
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == task["solution_cell"]
+    )
+    cell["source"] = (
+        "def apply_rope(x, positions=None, base=10000.0):\n"
+        "    return package_rope(x, positions, base)\n"
+    )
+    check_says = _check_cell_verdict(monkeypatch, _cells(nb), task)
+    grader_says = _grader_verdict(nb, task, given[exercise])
+    assert "calls the reference `attention_course.apply_rope`" in check_says
+    assert any("calls the reference `attention_course.apply_rope`" in m for m in grader_says)
+    # rope_attention (a computed quiz), the task it is given for, may call it (the solved
+    # twin does): the grader finds nothing there
+    import nbformat
+
+    other = next(t for t in tasks[exercise] if t["name"] == "rope_attention")
+    book = nbformat.reads(json.dumps(nb), 4)
+    assert "package_rope(q)" in "".join(c.source for c in book.cells)
+    assert scan_notebook(book, [other], given[exercise]).get(other["id"], []) == []

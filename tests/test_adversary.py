@@ -389,9 +389,10 @@ def test_the_grader_s_modules_are_flagged_in_any_cell():
         ("watch", "attention_course.grading.cheats")
     }
     for source in (
-        "from attention_course import sandbox",
-        "ac.cheats.watch_calls = None",
-        "m = __import__('attention_' + 'course.cheats')",
+        "from attention_course.grading import sandbox",
+        "from attention_course import grading",
+        "ac.grading.cheats.watch_calls = None",
+        "m = __import__('attention_' + 'course.grading.cheats')",
     ):
         nb = nbformat.read(ROOT / "exercises" / "solutions" / "04_scaled_dot_product.ipynb", 4)
         nb.cells.insert(2, nbformat.v4.new_code_cell(source))

@@ -61,8 +61,13 @@ WATCH_SWITCHES = (
 WATCH_OFF = "watch-off:"
 INHERITS = "inherits:"
 # The grader's own modules: a notebook that names one tampers with the grader
-MACHINERY = tuple(
-    f"{REFERENCE}.{name}" for name in ("cheats", "sandbox", "_kernel", "grading", "gradebook")
+# (its modules first, then the subpackage itself: the first that matches is named)
+MACHINERY = (
+    *(
+        f"{REFERENCE}.grading.{name}"
+        for name in ("cheats", "sandbox", "_kernel", "grade", "gradebook", "isolation")
+    ),
+    f"{REFERENCE}.grading",
 )
 # Namespaces that honest code reads by a computed name as an everyday idiom
 # (``getattr(F, activation)``, ``getattr(nn, "ReLU")``, ``getattr(nn.init, scheme)``):
@@ -661,6 +666,7 @@ def _scan_anywhere(book: _Notebook, aliases: dict[str, str], used: set[int]) -> 
         for module in MACHINERY:
             if path == module or path.startswith(module + "."):
                 add("watch", cell, node, module)
+                break
         for switch in WATCH_SWITCHES:
             if path == switch or path.startswith(switch + "."):
                 add("watch", cell, node, switch)

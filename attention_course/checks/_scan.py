@@ -169,9 +169,16 @@ def _const_str(node: ast.AST | None) -> str | None:
 
 
 class _Notebook:
-    """What each code cell of a notebook defines and imports."""
+    """What each code cell of a notebook defines and imports.
 
-    def __init__(self, nb: Any, skip: set[int]):
+    ``live_only``: leave out every top-level statement whose names are all bound again
+    by a later statement, in cell order (a function defined, then redefined in a later
+    cell or a later run of the same cell: only the last definition is the one that
+    runs). Both sides of a task's policy scan this way: the grader, the saved notebook's
+    cells top to bottom; the check cell, the kernel's history, where every run of an
+    edited cell is kept (`attention_course.checks._policy`)."""
+
+    def __init__(self, nb: Any, skip: set[int], live_only: bool = False):
         self.trees: dict[int, ast.Module] = {}
         self.lines: dict[int, list[str]] = {}
         self.defs: dict[str, list[tuple[int, ast.AST]]] = {}  # top-level name -> nodes
@@ -185,6 +192,19 @@ class _Notebook:
                 continue
             self.trees[index] = tree
             self.lines[index] = source.splitlines()
+        if live_only:
+            seen: set[str] = set()
+            for index in sorted(self.trees, reverse=True):
+                tree = self.trees[index]
+                kept = []
+                for node in reversed(tree.body):
+                    names = _bound_names(node)
+                    if names and all(name in seen for name in names):
+                        continue  # superseded: every name it binds is bound again later
+                    seen.update(names)
+                    kept.append(node)
+                tree.body = kept[::-1]
+        for index, tree in self.trees.items():
             for node in tree.body:
                 for name in _bound_names(node):
                     self.defs.setdefault(name, []).append((index, node))
@@ -350,7 +370,7 @@ def scan_notebook(
     for task in tasks:
         if task.get("solution_cell") in cell_index:
             solution_cells.add(cell_index[task["solution_cell"]])
-    book = _Notebook(nb, check_cells)
+    book = _Notebook(nb, check_cells, live_only=True)
     others = [i for i in book.trees if i not in solution_cells]
     exempt: dict[int, set[int]] = {}
     if given is None:  # no released record (an instructor's notebook): trust its cells

@@ -245,12 +245,14 @@ def check_attention_rollout(candidate) -> list[Case]:
             ),
             weight=TRIVIAL,
             covers=frozenset({"L>1", "identity"}),
+            support=True,
         ),
         Case(
             "T=1: a single token",
             _compare_case(candidate, lambda: [torch.ones(2, 2, 1, 1, dtype=torch.float64)] * 2),
             weight=TRIVIAL,
             covers=frozenset({"T=1", "B>1"}),
+            support=True,
         ),
     ]
 
@@ -465,6 +467,7 @@ def check_induction_scores(candidate) -> list[Case]:
             "a perfect induction head scores 1; B=2, H=3, T=12, period=5",
             _induction_case(candidate, "perfect", 2, 3, 12, 5),
             covers=frozenset({"B>1", "perfect"}),
+            support=True,
         ),
         Case(
             "uniform causal weights, T=16, period=8",

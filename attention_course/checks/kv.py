@@ -414,23 +414,26 @@ def check_sliding_window_mask(candidate) -> list[Case]:
     """Check ``sliding_window_mask(size, window, device=None) -> bool (size, size)``: True
     where ``0 <= i - j < window``."""
     return [
-        Case("size 1, window 1", _window_case(candidate, 1, 1), weight=TRIVIAL),
+        Case("size 1, window 1", _window_case(candidate, 1, 1), weight=TRIVIAL, support=True),
         Case("size 6, window 3", _window_case(candidate, 6, 3)),
         Case("size 7, window 2", _window_case(candidate, 7, 2)),
         Case(
             "size 5, window 1: each token sees only itself",
             _window_case(candidate, 5, 1),
             covers=frozenset({"window=1"}),
+            support=True,
         ),
         Case(
             "size 5, window 5: the causal mask",
             _window_case(candidate, 5, 5),
             covers=frozenset({"window>=size"}),
+            support=True,
         ),
         Case(
             "size 4, window 9 (wider than the sequence): the causal mask",
             _window_case(candidate, 4, 9),
             covers=frozenset({"window>=size"}),
+            support=True,
         ),
         Case(
             "device='cpu' given explicitly",
@@ -441,10 +444,12 @@ def check_sliding_window_mask(candidate) -> list[Case]:
             "device argument on the 'meta' device",
             _window_meta_case(candidate, 6, 3),
             covers=frozenset({"device", "device=meta"}),
+            support=True,
         ),
         Case(
             "window < 1 raises ValueError naming window",
             _bad_window_case(candidate),
             covers=frozenset({"bad window"}),
+            support=True,
         ),
     ]

@@ -259,19 +259,18 @@ def _swapped_head():
 NOT_TENSOR = frozenset({"find_induction_head", "ablation_effect"})
 """Targets whose answer is not a tensor: the generic candidates do not apply."""
 
-MEMORISED_HEADS = ((1, 0), (1, 2))
-"""Fixed guesses of find_induction_head that are the answer of some of its cases (the
-trained model's induction head, and that head after renumbering): see
-``tests/test_partial_credit.py::test_a_memorised_head_scores_zero``."""
-
 
 def per_checker() -> dict[str, dict[str, Callable]]:
-    """Degenerate answers of the targets whose answer is not a tensor: a fixed guess (0 and
-    1, as the constants of the tensor targets), and (head, layer) for (layer, head)."""
+    """Degenerate answers of the targets whose answer is not a tensor: a fixed guess (every
+    (layer, head) of chapter 17's model, the trained model's induction head among them),
+    and (head, layer) for (layer, head)."""
     return {
         "find_induction_head": {
-            "always (0, 0)": _constant_head(0, 0),
-            "always (1, 1)": _constant_head(1, 1),
+            **{
+                f"always ({layer}, {head})": _constant_head(layer, head)
+                for layer in range(2)
+                for head in range(4)
+            },
             "(head, layer)": _swapped_head(),
         },
         "ablation_effect": {

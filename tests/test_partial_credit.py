@@ -18,6 +18,7 @@ import pytest
 
 from attention_course.checks import CHECKERS
 from attention_course.checks._registry import REGISTRY
+from attention_course.checks._runner import Case, CaseFailed, run_cases
 
 sys.path.insert(0, os.path.dirname(__file__))
 import degenerate  # noqa: E402
@@ -132,3 +133,44 @@ def test_a_degenerate_candidate_scores_zero(target, name):
     passed = [r.name for r in report.results if r.passed and r.weight > 0]
     assert report.score == 0, f"{target}/{name} scores {report.score:.3f}, through {passed}"
     assert not report.passed
+
+
+# ---------------------------------------------------------------- the scheme itself
+
+
+def _ok():
+    return None
+
+
+def _fail():
+    raise CaseFailed("wrong")
+
+
+def test_support_cases_count_only_beside_a_passed_main_case():
+    only_support = run_cases(
+        "demo",
+        [
+            Case("main", _fail),
+            Case("device", _ok, support=True),
+            Case("size 1", _ok, 0.25, support=True),
+        ],
+        timeout=5,
+    )
+    assert only_support.score == 0 and only_support.num_passed == 2
+    assert [r.weight for r in only_support.results] == [1.0, 0.0, 0.0]
+    assert only_support.to_dict()["score"] == 0
+
+    with_work = run_cases(
+        "demo",
+        [Case("main", _ok), Case("other", _fail), Case("device", _ok, support=True)],
+        timeout=5,
+    )
+    assert [r.weight for r in with_work.results] == [1.0, 1.0, 1.0]
+    assert with_work.score == pytest.approx(2 / 3)
+
+    honest_but_no_device = run_cases(
+        "demo",
+        [Case("main", _ok), Case("device", _fail, support=True)],
+        timeout=5,
+    )
+    assert honest_but_no_device.score == 0.5  # a support case it fails still counts

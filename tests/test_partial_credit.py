@@ -15,8 +15,9 @@ import os
 import sys
 
 import pytest
+import torch
 
-from attention_course.checks import CHECKERS
+from attention_course.checks import CHECKERS, _runner
 from attention_course.checks._registry import REGISTRY
 from attention_course.checks._runner import Case, CaseFailed, run_cases
 
@@ -112,6 +113,34 @@ def _pairs():
     return pairs
 
 
+def _degenerate_cases_fail(target, candidate):
+    """Case by case, for a candidate that is the reference on some calls: a case in which
+    every call got a degenerate answer fails, or is a support case."""
+    captured = []
+
+    def capture(_target, cases, timeout):
+        captured.extend(cases)
+        return _runner.Report(target=f"check_{_target}")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_runner, "run_cases", capture)
+        CHECKERS[target](candidate)
+    tally = candidate.tally
+    weak = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        for case in captured:
+            calls, kept = tally.calls, tally.kept
+            try:
+                case.run()
+            except Exception:  # noqa: BLE001 - a failed case, whatever it raised
+                continue
+            calls, kept = tally.calls - calls, tally.kept - kept
+            if calls and kept == calls and not case.support:
+                weak.append(case.name)
+    assert not weak, f"{target}/{candidate.degenerate} passes {weak} with degenerate answers"
+
+
 def test_every_released_checker_is_audited():
     graded = {c.target for c in REGISTRY if c.exercise is not None}
     assert graded <= set(REFERENCES) == set(CHECKERS)
@@ -125,6 +154,7 @@ def test_a_degenerate_candidate_scores_zero(target, name):
     if tally is not None:
         if (target, name) in NOT_DEGENERATE:
             assert not tally.every_call, f"{target}/{name} is degenerate on every call now"
+            _degenerate_cases_fail(target, candidate)
             return
         assert tally.every_call, (
             f"{target}/{name}: {tally.calls - tally.kept} of {tally.calls} calls kept the "
@@ -174,3 +204,41 @@ def test_support_cases_count_only_beside_a_passed_main_case():
         timeout=5,
     )
     assert honest_but_no_device.score == 0.5  # a support case it fails still counts
+
+
+# ---------------------------------------------------------------- honest partial credit
+
+# Mistakes of the catalogue (tests/buggy) that are right in the main cases and wrong in one
+# extra feature, with the score each had before issue #27: they keep it.
+HONEST = {
+    ("causal_mask", "ignores device"): 0.7778,
+    ("padding_mask", "tensor only"): 0.6923,
+    ("padding_mask", "ignores the device"): 0.8462,
+    ("scaled_dot_product_attention", "ignores dropout"): 0.8621,
+    ("multi_head_attention", "dropout in eval mode"): 0.7647,
+    ("batch_norm", "batch stats in eval"): 0.7,
+    ("positionwise_feed_forward", "always relu"): 0.7241,
+    ("encoder_layer", "ignores mask"): 0.3455,
+    ("encoder_layer", "no residual dropout"): 0.8545,
+    ("decoder_layer", "always pre-norm"): 0.3889,
+    ("decoder_layer", "memory_mask ignored in pre-norm"): 0.7037,
+    ("causal_self_attention", "dropout ignored"): 0.8947,
+    ("sliding_window_mask", "no ValueError"): 0.8788,
+}
+
+
+def _catalogued(target, name):
+    from buggy import CATALOGUE
+
+    (impl,) = [i for t, n, i, _ in CATALOGUE if (t, n) == (target, name)]
+    return impl
+
+
+@pytest.mark.parametrize(
+    ("target", "name"), [pytest.param(*key, id="-".join(key)) for key in HONEST]
+)
+def test_honest_partial_credit_keeps_its_score(target, name):
+    report = CHECKERS[target](_catalogued(target, name))
+    assert not report.passed
+    assert report.score == pytest.approx(HONEST[target, name], abs=1e-4)
+    assert all(r.weight > 0 for r in report.results)  # no support case was set to 0

@@ -210,6 +210,7 @@ def check_repeat_kv(candidate) -> list[Case]:
             "n_rep=1: the heads unchanged, and the gradient still reaches x",
             _repeat_case(candidate, (2, 4, 3, 2), 1, seed=4, grad=True),
             covers=frozenset({"n_rep=1", "n_rep=1 x grad", "grad"}),
+            support=True,
         ),
         Case(
             "S=1 (one cached position), Hkv=2, n_rep=2",

@@ -56,6 +56,14 @@ def start(args: argparse.Namespace) -> float:
     return time.perf_counter()
 
 
+def seed(value: int) -> None:
+    """:func:`attention_course.seed_everything` that keeps the thread count the study set
+    (``seed_everything`` alone sets the chapters' one thread, whatever ``--threads`` says)."""
+    from attention_course import seed_everything
+
+    seed_everything(value, threads=None)
+
+
 def seconds_since(begin: float) -> float:
     return round(time.perf_counter() - begin, 1)
 

@@ -16,8 +16,8 @@ batch order for every run), and
 - ``readout_only``: 1,500 steps on the read-out loss alone (the pointer loss is
   computed and recorded, never minimised).
 
-The seed is ``seed_everything(seed)`` just before the model is built, so it sets the
-initial weights; everything else is the same for both seeds. The read-out-only run at
+The seed is ``seed_everything(seed)`` (``_study.seed``) just before the model is built, so
+it sets the initial weights; everything else is the same for both seeds. The read-out-only run at
 seed 0 is the chapter's own run. The chapter's supervised model is built after other
 random draws, so its weights are not this script's seed 0.
 
@@ -35,7 +35,6 @@ from __future__ import annotations
 import _study
 import torch
 
-from attention_course import seed_everything
 from attention_course.alignment import PairAligner, unshuffle_losses
 from attention_course.data.unshuffle import make_unshuffle_task
 
@@ -52,7 +51,7 @@ def _shares_a_number(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def run(train, test, seed: int, steps: int, supervised: bool) -> dict:
-    seed_everything(seed)
+    _study.seed(seed)
     model = PairAligner(NUM_VALUES, d_model=32, hidden_dim=32)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     batches = torch.Generator().manual_seed(0)  # the chapter's batch order, for every seed

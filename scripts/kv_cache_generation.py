@@ -24,7 +24,7 @@ from __future__ import annotations
 import _study
 import torch
 
-from attention_course import GPT, seed_everything
+from attention_course import GPT
 
 DEFAULT_OUT = _study.ROOT / "book" / "data" / "kv_cache_generation.json"
 CONFIG = {
@@ -47,7 +47,7 @@ def stored_bytes(cache) -> int:
 @torch.no_grad()
 def generation_curve(window: int | None, tokens: int, every: int) -> list[dict]:
     """Generate ``tokens`` tokens greedily with a cache; the cache's bytes every ``every``."""
-    seed_everything(0)
+    _study.seed(0)
     model = GPT(**CONFIG, window=window).eval()
     cache = model.new_cache()
     token = torch.zeros(1, 1, dtype=torch.long)  # a one-token prompt

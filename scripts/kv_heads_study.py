@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import _study
 
-from attention_course import GPT, count_parameters, seed_everything
+from attention_course import GPT, count_parameters
 
 DEFAULT_OUT = _study.ROOT / "attention_course" / "assets" / "kv_heads15.json"
 CONFIG = {"d_model": 96, "num_heads": 8, "num_layers": 3, "max_len": 64}
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
     runs = []
     for seed in seeds:
         for hkv in kv_heads:
-            seed_everything(seed)
+            _study.seed(seed)
             model = GPT(tokenizer.vocab_size, num_kv_heads=hkv, **config)
             run = _study.train_and_score(
                 model, train_ids, val_ids, training, seed, progress=not args.no_progress

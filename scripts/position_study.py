@@ -41,7 +41,7 @@ import _study
 import torch
 import torch.nn.functional as F
 
-from attention_course import GPT, seed_everything
+from attention_course import GPT
 
 DEFAULT_OUT = _study.ROOT / "attention_course" / "assets" / "position_study.json"
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
@@ -95,7 +95,7 @@ def run(config: dict, progress: bool = True, positions=POSITIONS) -> dict:
     for pos in positions:
         runs = []
         for seed in config["seeds"]:
-            seed_everything(seed)
+            _study.seed(seed)
             model = GPT(
                 tok.vocab_size,
                 d_model=config["d_model"],

@@ -38,7 +38,7 @@ import math
 
 import _study
 
-from attention_course import GPT, count_parameters, seed_everything
+from attention_course import GPT, count_parameters
 
 DEFAULT_OUT = _study.ROOT / "book" / "data" / "modern_block.json"
 BASE = {"d_model": 64, "num_heads": 4, "num_layers": 2, "max_len": 64}
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
         d_ff = 4 * BASE["d_model"] if not options else matched_d_ff(V, options, target)
         runs = []
         for seed in training["seeds"]:
-            seed_everything(seed)
+            _study.seed(seed)
             model = GPT(V, **BASE, **options, d_ff=d_ff)
             run = _study.train_and_score(
                 model, train_ids, val_ids, training, seed, progress=not args.no_progress

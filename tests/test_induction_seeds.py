@@ -10,6 +10,7 @@ def test_short_run_writes_the_fields_the_chapter_reads(tmp_path, run_script):
     run_script("induction_seeds.py", "--steps", "20", "--out", str(out))
     result = json.loads(out.read_text())
     runs = result["runs"]
+    # the threads each run had (read after seeding: seed_everything alone sets one thread)
     assert [(r["seed"], r["threads"]) for r in runs] == [(0, 1), (1, 1), (2, 1), (0, 2)]
     for r in runs:
         assert len(r["curve"]) == 20 // result["every"] + 1  # steps 0, 10, 20

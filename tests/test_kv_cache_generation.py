@@ -7,9 +7,22 @@ import json
 
 def test_small_run_counts_bytes_as_the_formula_says(tmp_path, run_script):
     out = tmp_path / "gen.json"
-    args = ["--tokens", "96", "--every", "16", "--window", "32", "--out", str(out)]
+    args = [
+        "--tokens",
+        "96",
+        "--every",
+        "16",
+        "--window",
+        "32",
+        "--threads",
+        "2",
+        "--out",
+        str(out),
+    ]
     run_script("kv_cache_generation.py", *args)
     result = json.loads(out.read_text())
+    # --threads holds through the seeding (seed_everything alone sets the chapters' one thread)
+    assert result["machine"]["threads"] == 2
     cfg = result["config"]
     # float32 keys and values: 2 tensors * layers * Hkv heads * Dh numbers * 4 bytes
     per_token = (

@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> dict:
     seconds = _study.seconds_since(start)
     if old is None:
         data["machine"] = _study.machine()
-        data["total_seconds"] = seconds
+        data["seconds"] = seconds
     else:
         if data["vocab_size"] != old["vocab_size"]:
             raise SystemExit(f"--only: vocab_size {data['vocab_size']} != {old['vocab_size']}")

@@ -21,7 +21,10 @@ FILES = [
 ]
 METADATA = {"torch", "python", "threads", "processor", "schedule"}
 # old names of quantities that have one name now (scripts/_study.py's docstring)
-RENAMED = {"final_train_loss": "train_loss_last50 or train_loss_last_step"}
+RENAMED = {
+    "final_train_loss": "train_loss_last50 or train_loss_last_step",
+    "total_seconds": "seconds",
+}
 
 
 def _keys(value, path=""):

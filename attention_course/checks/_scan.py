@@ -171,12 +171,15 @@ def _const_str(node: ast.AST | None) -> str | None:
 class _Notebook:
     """What each code cell of a notebook defines and imports.
 
-    ``live_only``: leave out every top-level statement whose names are all bound again
-    by a later statement, in cell order (a function defined, then redefined in a later
-    cell or a later run of the same cell: only the last definition is the one that
-    runs). Both sides of a task's policy scan this way: the grader, the saved notebook's
-    cells top to bottom; the check cell, the kernel's history, where every run of an
-    edited cell is kept (`attention_course.checks._policy`)."""
+    ``live_only``: leave out every top-level ``def`` or ``class`` that a later ``def`` or
+    ``class`` of the same name replaces, in cell order (a function defined, then
+    redefined in a later cell or a later run of the same cell: only the last definition
+    is the one that runs). A decorated one stays (its decorator may have registered it
+    somewhere: ``singledispatch``), and so does every other statement (an import, an
+    assignment: what it binds may be used before it is bound again). Both sides of a
+    task's policy scan this way: the grader, the saved notebook's cells top to bottom;
+    the check cell, the kernel's history, where every run of an edited cell is kept
+    (`attention_course.checks._policy`)."""
 
     def __init__(self, nb: Any, skip: set[int], live_only: bool = False):
         self.trees: dict[int, ast.Module] = {}
@@ -193,15 +196,16 @@ class _Notebook:
             self.trees[index] = tree
             self.lines[index] = source.splitlines()
         if live_only:
-            seen: set[str] = set()
+            defined_later: set[str] = set()
+            definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
             for index in sorted(self.trees, reverse=True):
                 tree = self.trees[index]
                 kept = []
                 for node in reversed(tree.body):
-                    names = _bound_names(node)
-                    if names and all(name in seen for name in names):
-                        continue  # superseded: every name it binds is bound again later
-                    seen.update(names)
+                    if isinstance(node, definitions):
+                        if node.name in defined_later and not node.decorator_list:
+                            continue  # superseded by a later definition of the same name
+                        defined_later.add(node.name)
                     kept.append(node)
                 tree.body = kept[::-1]
         for index, tree in self.trees.items():

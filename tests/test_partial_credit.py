@@ -242,3 +242,21 @@ def test_honest_partial_credit_keeps_its_score(target, name):
     assert not report.passed
     assert report.score == pytest.approx(HONEST[target, name], abs=1e-4)
     assert all(r.weight > 0 for r in report.results)  # no support case was set to 0
+
+
+def test_attention_that_ignores_the_scores_earns_nothing():
+    # a simulated student's degenerate answers: the identity for set attention (H = X),
+    # uniform weights for scaled dot-product attention (0.34/2 and 0.21/3 before)
+    from attention_course.checks import check_scaled_dot_product_attention, check_set_attention
+
+    def identity(X, beta=1.0):
+        T = X.shape[-2]
+        return X.clone(), torch.eye(T, dtype=X.dtype).expand(*X.shape[:-2], T, T).clone()
+
+    def uniform(query, key, value, mask=None, dropout_p=0.0, scale=None):
+        S = key.shape[-2]
+        weights = torch.full((*query.shape[:-1], S), 1.0 / S, dtype=query.dtype)
+        return weights @ value, weights
+
+    assert check_set_attention(identity).score == 0
+    assert check_scaled_dot_product_attention(uniform).score == 0

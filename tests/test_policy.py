@@ -93,10 +93,11 @@ def test_a_forbidden_builtin_fails_the_check_cell_with_the_line(kernel, cells, w
     assert where in text and "In [" in text and "does not allow it" in text, text
 
 
-def test_an_own_solution_passes_and_outside_a_notebook_nothing_is_scanned(kernel):
+def test_an_own_solution_passes_and_outside_a_notebook_nothing_is_scanned(kernel, monkeypatch):
     ns = kernel(SETUP, OWN)
     assert check_soft_argmax(ns["soft_argmax"]).passed
-    # a candidate from a module (a test, a script): no cells to scan, the checks decide
+    # outside a notebook (a test, a script: no `In`), no cells to scan: the checks decide
+    monkeypatch.delattr(sys.modules["__main__"], "In")
     import torch
 
     def soft_argmax(scores, beta=1.0, dim=-1):
@@ -356,3 +357,81 @@ def test_a_notebook_that_defines_a_task_twice_is_judged_on_the_last_definition(m
     else:
         assert "`torch.softmax`" in check_says
         assert any("`torch.softmax`" in m for m in grader_says)
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        ["soft_argmax = lambda scores, beta=1.0, dim=-1: torch.softmax(beta * scores, dim=dim)\n"],
+        [
+            "class SA:\n    def __call__(self, scores, beta=1.0, dim=-1):\n"
+            "        return F.softmax(beta * scores, dim=dim)\n",
+            "soft_argmax = SA()\n",
+        ],
+    ],
+    ids=["lambda", "instance"],
+)
+def test_a_name_bound_by_assignment_is_judged_too(kernel, cells):
+    # the grader finds the task by its name, whatever binds it: so does the check cell
+    ns = kernel(SETUP, *cells)
+    report = check_soft_argmax(ns["soft_argmax"])
+    assert not report.passed and "softmax`" in str(report), str(report)
+
+
+def test_an_alias_of_the_reference_is_judged_by_its_name(kernel):
+    ns = kernel(SETUP, "causal_mask = ac.causal_mask\n")
+    report = check_causal_mask(ns["causal_mask"])
+    assert not report.passed
+    assert "calls the reference `attention_course.causal_mask`" in str(report)
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        "soft_argmax = lambda scores, beta=1.0, dim=-1: torch.softmax(beta * scores, dim=dim)\n",
+        "from torch import softmax as soft_argmax\n",
+    ],
+    ids=["lambda-then-def", "import-then-def"],
+)
+def test_a_binding_replaced_by_a_later_def_is_not_judged(kernel, first):
+    ns = kernel(SETUP, first, OWN)
+    report = check_soft_argmax(ns["soft_argmax"])
+    assert report.passed, str(report)
+
+
+def test_the_grader_also_judges_the_last_binding(monkeypatch):
+    pytest.importorskip("nbformat")
+    tasks, given = _released()
+    exercise = "01_attention_over_sets"
+    nb = json.loads((ROOT / "exercises" / "solutions" / f"{exercise}.ipynb").read_text())
+    task = next(t for t in tasks[exercise] if t["name"] == "soft_argmax")
+    index = next(
+        i
+        for i, c in enumerate(nb["cells"])
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == task["solution_cell"]
+    )
+    lazy = "soft_argmax = lambda s, beta=1.0, dim=-1: torch.softmax(beta * s, dim=dim)\n"
+    cell = {"cell_type": "code", "id": "lazy", "metadata": {}, "outputs": []}
+    cell["execution_count"] = None
+    nb["cells"].insert(index, {**cell, "source": lazy})  # before the solution's def
+    assert _check_cell_verdict(monkeypatch, _cells(nb), task) == ""
+    assert _grader_verdict(nb, task, given[exercise]) == []
+    nb["cells"].insert(index + 2, {**cell, "id": "lazy-again", "source": lazy})  # after it
+    assert "`torch.softmax`" in _check_cell_verdict(monkeypatch, _cells(nb), task)
+    assert any("`torch.softmax`" in m for m in _grader_verdict(nb, task, given[exercise]))
+
+
+def test_an_unused_reference_import_in_the_solution_cell_fails_both_sides(kernel):
+    # the grader scans the whole solution cell; the check cell the cell that last bound the
+    # task's name (exercise 15 does not give RollingAttentionCache to rolling_update)
+    from attention_course.checks import check_rolling_update
+
+    cell = (
+        "from attention_course.kv import RollingAttentionCache  # noqa\n\n"
+        "def rolling_update(buffer, slot_positions, new, start):\n"
+        "    raise NotImplementedError\n"
+    )
+    ns = kernel(SETUP, cell)
+    report = check_rolling_update(ns["rolling_update"])
+    assert not report.passed
+    assert "RollingAttentionCache" in str(report), str(report)

@@ -25,6 +25,7 @@ cells to scan and the policy is the grader's alone.
 
 from __future__ import annotations
 
+import ast
 import sys
 from collections.abc import Sequence
 from types import SimpleNamespace
@@ -54,11 +55,8 @@ def breaks_policy(finding: object, forbidden: Sequence[str]) -> bool:
     return kind == "reference"
 
 
-def _history(candidate: object) -> list[str] | None:
-    """The cells the notebook's kernel ran (IPython's ``In``), when ``candidate`` was
-    defined in one; None outside a notebook."""
-    if getattr(candidate, "__module__", None) != "__main__":
-        return None
+def _history() -> list[str] | None:
+    """The cells the notebook's kernel ran (IPython's ``In``); None outside a notebook."""
     main = sys.modules.get("__main__")
     history = getattr(main, "In", None)
     if not isinstance(history, list) or not all(isinstance(s, str) for s in history):
@@ -87,21 +85,63 @@ def _given(target: str) -> dict | None:
     return given.get(exercises[0]) if len(exercises) == 1 else None
 
 
-def policy_problem(candidate: object, target: str, forbidden: Sequence[str]) -> str:
-    """What in the notebook's code of ``candidate`` breaks its task's policy, as the grader
-    would say it ("" when nothing does, or outside a notebook)."""
-    cells = _history(candidate)
-    name = getattr(candidate, "__name__", None)
-    if cells is None or not isinstance(name, str):
+def _last_binding(cells: Sequence[str], name: str) -> int | None:
+    """The index of the last cell whose top-level statements bind ``name``."""
+    from ._scan import _bound_names, _source
+
+    found = None
+    for index, source in enumerate(cells):
+        try:
+            tree = ast.parse(_source({"source": source}))
+        except (SyntaxError, ValueError):
+            continue
+        if any(name in _bound_names(node) for node in tree.body):
+            found = index
+    return found
+
+
+def policy_problem(
+    candidate: object, target: str, forbidden: Sequence[str], class_name: str | None = None
+) -> str:
+    """What in the notebook's code of the task breaks its policy, as the grader would say it
+    ("" when nothing does, or outside a notebook).
+
+    The task is found by the names the notebook binds it to, as the grader finds it by the
+    task's name: ``class_name`` or ``target`` (``soft_argmax = lambda ...`` and
+    ``apply_rope = package_rope`` are bindings too), and the candidate's own ``__name__``
+    when it was defined in the notebook under another name."""
+    cells = _history()
+    if cells is None:
         return ""
     from ._scan import scan_notebook
 
+    names = [class_name or target]
+    own = getattr(candidate, "__name__", None)
+    if getattr(candidate, "__module__", None) == "__main__" and isinstance(own, str):
+        names.append(own)
     nb = SimpleNamespace(
         cells=[{"cell_type": "code", "source": source, "metadata": {}} for source in cells]
     )
-    task = {"id": name, "name": name, "checker": f"check_{target}", "answer_builtins": forbidden}
-    findings = scan_notebook(nb, [task], _given(target)).get(name, []) if cells else []
-    bad = [f for f in findings if breaks_policy(f, forbidden)]
+    tasks = []
+    for name in dict.fromkeys(names):
+        task = {"id": name, "name": name, "checker": f"check_{target}"}
+        task["answer_builtins"] = forbidden
+        # the cell that last bound the name is the task's solution cell, all of it, as in
+        # the grader (an import there counts even when unused)
+        last = _last_binding(cells, name)
+        if last is not None:
+            grade_id = f"solution-of-{name}"
+            nb.cells[last]["metadata"] = {"nbgrader": {"solution": True, "grade_id": grade_id}}
+            task["solution_cell"] = grade_id
+        tasks.append(task)
+    found = scan_notebook(nb, tasks, _given(target))
+    bad = []
+    for name in dict.fromkeys(names):
+        for finding in found.get(name, []):
+            if breaks_policy(finding, forbidden) and finding.message() not in [
+                b.message() for b in bad
+            ]:
+                bad.append(finding)
     if not bad:
         return ""
     where = [f.message().replace(f"(cell {f.cell}, ", f"(In [{f.cell}], ") for f in bad]

@@ -614,7 +614,9 @@ def checker(
                 need = "is an nn.Module class"
             if problem:
                 return single_failure(target, need, problem)
-            broken = policy_problem(candidate, target, check.answer_builtins if forbid else ())
+            broken = policy_problem(
+                candidate, target, check.answer_builtins if forbid else (), class_name
+            )
             if broken:
                 return single_failure(target, "follows the task's rules", broken)
             return run_cases(target, cases(candidate), timeout)

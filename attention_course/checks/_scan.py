@@ -171,15 +171,16 @@ def _const_str(node: ast.AST | None) -> str | None:
 class _Notebook:
     """What each code cell of a notebook defines and imports.
 
-    ``live_only``: leave out every top-level ``def`` or ``class`` that a later ``def`` or
-    ``class`` of the same name replaces, in cell order (a function defined, then
-    redefined in a later cell or a later run of the same cell: only the last definition
-    is the one that runs). A decorated one stays (its decorator may have registered it
-    somewhere: ``singledispatch``), and so does every other statement (an import, an
-    assignment: what it binds may be used before it is bound again). Both sides of a
-    task's policy scan this way: the grader, the saved notebook's cells top to bottom;
-    the check cell, the kernel's history, where every run of an edited cell is kept
-    (`attention_course.checks._policy`)."""
+    ``live_only``: a task's definitions are the *last* bindings of its names, in cell order
+    (a function defined, then redefined in a later cell or a later run of the same cell;
+    a name first bound to a lambda, an alias or an import, then to a ``def``: only the last
+    binding is what runs). A top-level statement every one of whose names is bound again
+    later is then no root and no definition (:attr:`live`); a decorated ``def`` or
+    ``class`` always stays (its decorator may have registered it: ``singledispatch``).
+    :attr:`trees` keeps every statement, for what any cell does (``_scan_anywhere``).
+    Both sides of a task's policy scan this way: the grader, the saved notebook's cells
+    top to bottom; the check cell, the kernel's history, where every run of an edited
+    cell is kept (`attention_course.checks._policy`)."""
 
     def __init__(self, nb: Any, skip: set[int], live_only: bool = False):
         self.trees: dict[int, ast.Module] = {}
@@ -195,29 +196,39 @@ class _Notebook:
                 continue
             self.trees[index] = tree
             self.lines[index] = source.splitlines()
-        if live_only:
-            defined_later: set[str] = set()
-            definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-            for index in sorted(self.trees, reverse=True):
-                tree = self.trees[index]
-                kept = []
-                for node in reversed(tree.body):
-                    if isinstance(node, definitions):
-                        if node.name in defined_later and not node.decorator_list:
-                            continue  # superseded by a later definition of the same name
-                        defined_later.add(node.name)
-                    kept.append(node)
-                tree.body = kept[::-1]
-        for index, tree in self.trees.items():
+        last: dict[str, tuple[int, int]] = {}  # name -> (cell, statement) of its last binding
+        for index in sorted(self.trees):
+            for position, node in enumerate(self.trees[index].body):
+                for name in _bound_names(node):
+                    last[name] = (index, position)
+
+        def is_live(index: int, position: int, node: ast.AST) -> bool:
+            names = _bound_names(node)
+            if not live_only or not names:
+                return True
+            if getattr(node, "decorator_list", None):
+                return True
+            return any(last[name] == (index, position) for name in names)
+
+        self.live: dict[int, ast.Module] = {
+            index: ast.Module(
+                body=[n for i, n in enumerate(tree.body) if is_live(index, i, n)],
+                type_ignores=[],
+            )
+            for index, tree in self.trees.items()
+        }
+        for index, tree in self.live.items():
             for node in tree.body:
                 for name in _bound_names(node):
                     self.defs.setdefault(name, []).append((index, node))
 
-    def aliases(self, cells: Iterable[int]) -> dict[str, str]:
-        """Module-level import aliases of ``cells``: local name -> dotted path."""
+    def aliases(self, cells: Iterable[int], live: bool = False) -> dict[str, str]:
+        """Module-level import aliases of ``cells``: local name -> dotted path (``live``:
+        of the live statements only)."""
+        trees = self.live if live else self.trees
         out: dict[str, str] = {}
         for index in cells:
-            for node in ast.walk(self.trees.get(index, ast.Module(body=[]))):
+            for node in ast.walk(trees.get(index, ast.Module(body=[]))):
                 out.update(_import_aliases(node))
         return out
 
@@ -382,14 +393,14 @@ def scan_notebook(
     else:  # the exercise's own statements and imports, as released
         handed_out = set(given.get("allowed", ()))
         exempt = _exempt_lines(book, others, set(given.get("statements", ())))
-    everything = book.aliases(book.trees)
+    everything = book.aliases(book.trees, live=True)  # a task's own code: live bindings
 
     used: set[int] = set()  # the cells some task's solution uses
     for task in tasks:
         index = cell_index.get(task.get("solution_cell"))
         index = index if index in book.trees else None
         used.update(cell for cell, _ in _closure(book, _roots(book, index, task["name"])))
-    anywhere = _scan_anywhere(book, everything, used)
+    anywhere = _scan_anywhere(book, book.aliases(book.trees), used)
     out: dict[str, list[Finding]] = {}
     for task in tasks:
         index = cell_index.get(task.get("solution_cell"))
@@ -483,7 +494,7 @@ def _roots(book: _Notebook, index: int | None, name: str) -> list[tuple[int, ast
     task's ``name``: the object graded is the last one bound, wherever that is."""
     roots: list[tuple[int, ast.AST | None]] = []
     if index is not None:
-        roots.append((index, book.trees.get(index)))
+        roots.append((index, book.live.get(index)))
     for cell, node in book.defs.get(name, []):
         if cell != index:
             roots.append((cell, node))

@@ -35,6 +35,7 @@ from attention_course.kv import repeat_kv
 from attention_course.multihead import merge_heads, split_heads
 from attention_course.positions import apply_rope
 
+from . import _data
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 
 VOCAB = 13
@@ -240,7 +241,7 @@ def step_decoder(seed: int = 0) -> StepDecoder:
     """The checker's decoder: 2 layers, 4 query heads sharing 2 key/value heads, RoPE,
     13 tokens, float64, weights drawn with ``seed`` (larger than a fresh GPT's, so that
     the temperature visibly changes the samples)."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = _data.generator(seed)
     gpt = GPT(VOCAB, d_model=16, num_heads=4, num_kv_heads=2, num_layers=2, pos="rope", max_len=64)
     gpt = gpt.double()
     with torch.no_grad():
@@ -348,16 +349,16 @@ def _error_hint(text: str) -> str | None:
 
 def _generate_case(candidate, *, B, T0, n, temperature, seed=0):
     def run():
-        prompt = torch.randint(0, VOCAB, (B, T0), generator=torch.Generator().manual_seed(seed))
+        prompt = torch.randint(0, VOCAB, (B, T0), generator=_data.generator(seed))
         model = step_decoder()
         expected = reference_generate(
-            step_decoder(), prompt, n, temperature, torch.Generator().manual_seed(seed + 1)
+            step_decoder(), prompt, n, temperature, _data.generator(seed + 1)
         )
         what = f"generate(model, prompt ({B}, {T0}), max_new_tokens={n}, temperature={temperature}"
         what += ", generator)" if temperature else ")"
         kwargs = {"temperature": temperature}
         if temperature:
-            kwargs["generator"] = torch.Generator().manual_seed(seed + 1)
+            kwargs["generator"] = _data.generator(seed + 1)
         got = call_student(
             candidate, model, prompt.clone(), n, what=what, error_hint=_error_hint, **kwargs
         )
@@ -408,7 +409,7 @@ def _generate_case(candidate, *, B, T0, n, temperature, seed=0):
                 prompt,
                 n,
                 temperature,
-                torch.Generator().manual_seed(seed + 1),
+                _data.generator(seed + 1),
                 mistake=mistake,
             )
             if torch.equal(got, variant):

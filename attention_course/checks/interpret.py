@@ -10,6 +10,7 @@ import torch
 
 from attention_course import interpret as ref
 
+from . import _data
 from ._compare import expect_close, sums_to_one_hint
 from ._data import randn
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
@@ -615,7 +616,7 @@ def _twice_the_heads(model):
 def _eval_ids(period: int, seed: int = 1234, n: int = 32) -> torch.Tensor:
     from attention_course.data.repeated import repeated_tokens
 
-    return repeated_tokens(n, period, 32, torch.Generator().manual_seed(seed))
+    return repeated_tokens(n, period, 32, _data.generator(seed))
 
 
 def _permute_heads(model, layer: int, order: list[int]):

@@ -6,6 +6,7 @@ import torch
 
 from attention_course import norms as ref
 
+from . import _data
 from ._compare import expect_close, match_tolerances, matches
 from ._data import randn
 from ._modules import ModulePair, build_pair
@@ -123,7 +124,7 @@ def _stats_without_grad(pair: ModulePair, x: torch.Tensor, expected: torch.Tenso
         return False
     module = pair.reference
     dims = tuple(range(-len(module.normalized_shape), 0))
-    generator = torch.Generator().manual_seed(123)  # backward_both's upstream gradient
+    generator = _data.generator(123)  # backward_both's upstream gradient
     upstream = torch.randn(expected.shape, generator=generator, dtype=torch.float64)
     for mean_constant, var_constant in ((True, True), (True, False), (False, True)):
         leaf = x.detach().clone().requires_grad_(True)

@@ -1370,9 +1370,10 @@ def _wall(client: Client, timeout: float) -> float:
     return timeout if client.cpu is None else max(timeout * WALL_FACTOR, 60.0)
 
 
-def grade_task(client: Client, task: dict, timeout: float) -> dict:
+def grade_task(client: Client, task: dict, timeout: float, seed: int = 0) -> dict:
     """Run ``task``'s checker (or quiz check) in this process on the student's object
-    behind ``client``; the result as ``grading._fill`` reads it."""
+    behind ``client``, its inputs drawn from the run seed ``seed``; the result as
+    ``grading._fill`` reads it."""
     try:
         candidate, module = client.lookup(task["name"])
     except KernelLost:
@@ -1388,7 +1389,9 @@ def grade_task(client: Client, task: dict, timeout: float) -> dict:
         from ..quiz import check_quiz
 
         with limits_in_wall_time():
-            report = check_quiz(task["question"], candidate, timeout=_wall(client, timeout))
+            report = check_quiz(
+                task["question"], candidate, timeout=_wall(client, timeout), seed=seed
+            )
         called: list = []
     else:
         from .. import checks
@@ -1401,7 +1404,7 @@ def grade_task(client: Client, task: dict, timeout: float) -> dict:
         builtins = list(getattr(check, "answer_builtins", ()))
         client.request(("watch", builtins, list(task.get("allowed", ()))))
         with limits_in_wall_time():
-            report = check(candidate, timeout=_wall(client, timeout))
+            report = check(candidate, timeout=_wall(client, timeout), seed=seed)
         called = client.decode(client.request(("called",))[1]) if client.lost is None else []
     if client.lost is not None:
         raise client.lost

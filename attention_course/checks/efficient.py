@@ -429,7 +429,11 @@ def check_online_softmax_update(candidate) -> list[Case]:
     high = randn(T, 3, seed=2) + 4.0  # a second block whose scores beat the first's
     v1, v2 = randn(3, Dv, seed=3), randn(3, Dv, seed=4)
     mixed = torch.cat([randn(2, 4, seed=5) + 3.0, randn(3, 4, seed=6) - 3.0])  # rows up, down
-    masked = randn(T, 3, seed=7).masked_fill(
+    # rows 0 and 2 fully masked; rows 1 and 3 (one score masked in row 1) raise the maximum
+    # that `low` left, by 0.5 or more, so a missing rescale shows under every seed
+    masked = randn(T, 3, seed=7)
+    lift = (low.max(-1).values + 0.5 - masked[:, 1:].max(-1).values).clamp(min=0.0)
+    masked = (masked + lift[:, None]).masked_fill(
         torch.tensor([[True], [False], [True], [False]]), -math.inf
     )
     masked[1, 0] = -math.inf  # a row with one masked score

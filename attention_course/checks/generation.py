@@ -347,18 +347,77 @@ def _error_hint(text: str) -> str | None:
     return None
 
 
+def _showing_mistakes(B: int, T0: int, n: int, temperature: float) -> list[str]:
+    """The mistakes of :func:`reference_generate` that can change the tokens of a case:
+    the first position and a maximum over time only in the prompt's pass (T0 > 1), stale
+    logits and the previous token fed only from the second new token on, one draw for the
+    batch only with B > 1, the temperature's mistakes only at a temperature other than 1."""
+    if n == 0:
+        return []
+    greedy = temperature == 0
+    found = []
+    for name, _, at_zero, sampling in GEN_MISTAKES:
+        if not (at_zero if greedy else sampling):
+            continue
+        if name in ("first position", "max over time") and T0 == 1:
+            continue
+        if name in ("stale logits", "previous token") and n < 2:
+            continue
+        if name == "one draw for the batch" and B == 1:
+            continue
+        if name.startswith("temperature") and temperature == 1.0:
+            continue
+        found.append(name)
+    if not greedy:
+        found.append("argmax")
+        if temperature != 1.0:
+            found.append("temperature after softmax")
+    return found
+
+
+def _prompt(B: int, T0: int, n: int, temperature: float, seed: int) -> tuple[torch.Tensor, int]:
+    """A (B, T0) prompt drawn from ``seed`` and the seed name of the samples' generator
+    (``seed + 1``, as the check cells have always used), redrawn together
+    (`_data.draw_until`) until each mistake of :func:`_showing_mistakes` gives other first
+    tokens than the reference (two, or five for the mistakes that show from the second on,
+    so the search stays cheap). On some prompts the first position's argmax is the
+    last's, or a sample at temperature 0.5 is the one at temperature 1, and a run seed
+    that drew one would let that mistake pass the case."""
+    mistakes = _showing_mistakes(B, T0, n, temperature)
+    model = step_decoder()
+
+    def draw(name: int) -> tuple[torch.Tensor, int]:
+        return torch.randint(0, VOCAB, (B, T0), generator=_data.generator(name)), name + 1
+
+    def keep(drawn: tuple[torch.Tensor, int]) -> bool:
+        prompt, sampler = drawn
+
+        def tokens(steps: int, mistake=None):  # the first new tokens: a prefix of the case's
+            generator = _data.generator(sampler)
+            return reference_generate(model, prompt, steps, temperature, generator, mistake=mistake)
+
+        right = tokens(min(n, 5))
+        for mistake in mistakes:
+            steps = min(n, 5 if mistake in ("stale logits", "previous token") else 2)
+            if torch.equal(tokens(steps, mistake), right[:, : T0 + steps]):
+                return False
+        return True
+
+    return _data.draw_until(draw, keep, seed)
+
+
 def _generate_case(candidate, *, B, T0, n, temperature, seed=0):
     def run():
-        prompt = torch.randint(0, VOCAB, (B, T0), generator=_data.generator(seed))
+        prompt, sampler = _prompt(B, T0, n, temperature, seed)
         model = step_decoder()
         expected = reference_generate(
-            step_decoder(), prompt, n, temperature, _data.generator(seed + 1)
+            step_decoder(), prompt, n, temperature, _data.generator(sampler)
         )
         what = f"generate(model, prompt ({B}, {T0}), max_new_tokens={n}, temperature={temperature}"
         what += ", generator)" if temperature else ")"
         kwargs = {"temperature": temperature}
         if temperature:
-            kwargs["generator"] = _data.generator(seed + 1)
+            kwargs["generator"] = _data.generator(sampler)
         got = call_student(
             candidate, model, prompt.clone(), n, what=what, error_hint=_error_hint, **kwargs
         )
@@ -409,7 +468,7 @@ def _generate_case(candidate, *, B, T0, n, temperature, seed=0):
                 prompt,
                 n,
                 temperature,
-                _data.generator(seed + 1),
+                _data.generator(sampler),
                 mistake=mistake,
             )
             if torch.equal(got, variant):

@@ -916,8 +916,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seed",
         type=int,
         metavar="N",
-        help="the run seed the checks draw their inputs from (default: a fresh one per run, "
-        "recorded in each result; give a recorded one to reproduce a run)",
+        help="the run seed (>= 1) the checks draw their inputs from (default: a fresh one "
+        "per run, recorded in each result; give a recorded one to reproduce a run)",
     )
     parser.add_argument(
         "--no-sandbox",
@@ -1010,6 +1010,13 @@ def _require_sandbox(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Carry out a parsed ``grade`` command; return the exit status."""
+    if getattr(args, "seed", None) is not None and args.seed < 1:
+        print(
+            "grade: --seed must be >= 1 (seed 0 draws the check cells' inputs, which every "
+            "student has seen)",
+            file=sys.stderr,
+        )
+        return 2
     if missing_tools("grade", sys.stderr):
         return 2
     refused = _require_sandbox(args)
@@ -1020,9 +1027,6 @@ def run(args: argparse.Namespace) -> int:
 
     if getattr(args, "seed", None) is None:
         args.seed = draw_seed()  # one fresh seed for the whole run, recorded in each result
-    elif args.seed < 0:
-        print("grade: --seed must be >= 0", file=sys.stderr)
-        return 2
     paths, skipped = gradebook.find_files(args.submission)
     roster = gradebook.read_roster(args.roster) if getattr(args, "roster", None) else {}
     results = gradebook.Results(args.out) if getattr(args, "out", None) else None

@@ -24,7 +24,8 @@ reading one builds only tuples, lists, dicts, numbers, text and plain tensors, t
 grader checks them against the protocol's tags. Nothing of the student's is ever
 unpickled, called or compared in the grader (the grader's own objects may go to the
 kernel pickled: that direction is safe).
-Inputs, reference outputs, comparisons and diagnoses stay in the grader.
+Inputs, reference outputs, comparisons and diagnoses stay in the grader; the inputs are
+drawn from the run's seed (:func:`grade_task`'s ``seed``), which the kernel never sees.
 
 What crosses the boundary, so that the checkers see what they would see in-process:
 

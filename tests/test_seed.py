@@ -6,9 +6,10 @@ committed notebooks do not change; the grader draws a fresh seed for each run, s
 of the check cell's outputs keyed on its inputs fails there (`test_grader_seed.py`).
 
 A verdict must not depend on the seed: the reference and every catalogue mistake of every
-checker (``tests/buggy``) get the same pass/fail in every case and the same diagnosis under
-each of ``SEEDS`` (four fixed, two drawn afresh on each run and printed on a failure), and
-every solved twin's tasks pass under each of them.
+checker (``tests/buggy``) get the same pass/fail in every case, their catalogue phrase, and
+the same first failing case with the same diagnosis (the grader's reason) under each of
+``SEEDS`` (four fixed, two drawn afresh on each run and printed on a failure), and every
+solved twin's tasks pass under each of them.
 """
 
 from __future__ import annotations
@@ -45,8 +46,14 @@ def _diagnosis(message: str) -> list[str]:
     return [re.sub(r"-?\d+(\.\d+)?(e[-+]?\d+)?", "#", line) for line in lines]
 
 
-def _verdicts(report) -> list[tuple]:
-    return [(r.name, r.passed, _diagnosis(r.message)) for r in report.results]
+def _verdicts(report) -> tuple:
+    """Pass/fail per case, and the first failing case with its diagnosis: what the grader
+    gives as the reason, and the feedback as the mistake to fix. (The diagnoses of the
+    later failing cases may name one mistake on one draw and "one of these" on another,
+    where two mistakes give the same output.)"""
+    failing = [r for r in report.results if not r.passed]
+    first = (failing[0].name, _diagnosis(failing[0].message)) if failing else None
+    return [(r.name, r.passed) for r in report.results], first
 
 
 # ---------------------------------------------------------------- the run seed
@@ -124,8 +131,8 @@ def _entries(target):
 
 @pytest.mark.parametrize("target", sorted(REFERENCES))
 def test_verdicts_do_not_depend_on_the_seed(target):
-    """The reference passes, and each mistake fails the same cases with the same
-    diagnosis (its catalogue phrase included), under every seed of ``SEEDS``."""
+    """The reference passes, and each mistake fails the same cases, with its catalogue
+    phrase and the same first failure and diagnosis, under every seed of ``SEEDS``."""
     problems = []
     for _, name, impl, phrase in _entries(target):
         first = None
@@ -140,10 +147,15 @@ def test_verdicts_do_not_depend_on_the_seed(target):
                 first = (seed, verdicts)
             elif verdicts != first[1]:
                 changed = [
-                    f"  {a[0]}: seed {first[0]} {a[1:]} / seed {seed} {b[1:]}"
-                    for a, b in zip(first[1], verdicts, strict=True)
+                    f"  {a[0]}: seed {first[0]} {a[1]} / seed {seed} {b[1]}"
+                    for a, b in zip(first[1][0], verdicts[0], strict=True)
                     if a != b
                 ]
+                if verdicts[1] != first[1][1]:
+                    changed.append(
+                        f"  first failure: seed {first[0]} {first[1][1]}"
+                        f" / seed {seed} {verdicts[1]}"
+                    )
                 problems.append(f"{name}: verdicts differ\n" + "\n".join(changed))
     assert not problems, f"seeds {SEEDS}:\n" + "\n".join(problems)
 

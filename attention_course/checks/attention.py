@@ -401,6 +401,13 @@ def _sdpa_variants(q, k, v, mask=None, scale=None) -> dict[str, tuple]:
     return variants
 
 
+def _saturated(q: torch.Tensor, k: torch.Tensor, scale: float, margin: float = 40.0) -> bool:
+    """Whether every row of ``scale * q k^T`` has its best score ``margin`` ahead of the
+    next (a softmax of it is one-hot to float64's precision)."""
+    top2 = (q @ k.transpose(-2, -1)).topk(2, dim=-1).values
+    return bool(((top2[..., 0] - top2[..., 1]) * scale > margin).all())
+
+
 def _sdpa_case(candidate, q, k, v, **kwargs):
     def run():
         expected_out, expected_w = ref.scaled_dot_product_attention(q, k, v, **kwargs)
@@ -576,6 +583,15 @@ def check_scaled_dot_product_attention(candidate) -> list[Case]:
         randn(4, 16, 5, seed=48),
     )
     big_mask = random_bool(4, 16, 16, seed=49)
+    # ~1e4 scores: every row saturated (best score ahead of the next by 40 or more) under
+    # the right scale and every wrong one (none, 1/d_k, 1/sqrt(d_v)), so the case tests the
+    # absence of NaN and a scaling mistake passes it under every seed (none is hidden there:
+    # the cases above catch them)
+    huge_q, huge_k = draw_until(
+        lambda name: (60.0 * randn(B, T, Dk, seed=name), 60.0 * randn(B, S, Dk, seed=name + 1)),
+        lambda qk: _saturated(*qk, min(1.0, 1.0 / Dk, 1.0 / math.sqrt(Dv))),
+        31,
+    )
     return [
         Case("3-D inputs, T != S, d_k != d_v", _sdpa_case(candidate, q3, k3, v3)),
         Case("4-D inputs with heads (B, H, T, d_k)", _sdpa_case(candidate, q4, k4, v4)),
@@ -621,7 +637,7 @@ def check_scaled_dot_product_attention(candidate) -> list[Case]:
         ),
         Case(
             "very large scores (~1e4) give no NaN",
-            _sdpa_case(candidate, 60.0 * q3, 60.0 * k3, v3),
+            _sdpa_case(candidate, huge_q, huge_k, v3),
         ),
         Case(
             "dropout_p=0.0 given explicitly: no randomness",

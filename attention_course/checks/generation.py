@@ -379,10 +379,11 @@ def _prompt(B: int, T0: int, n: int, temperature: float, seed: int) -> tuple[tor
     """A (B, T0) prompt drawn from ``seed`` and the seed name of the samples' generator
     (``seed + 1``, as the check cells have always used), redrawn together
     (`_data.draw_until`) until each mistake of :func:`_showing_mistakes` gives other first
-    tokens than the reference (two, or five for the mistakes that show from the second on,
-    so the search stays cheap). On some prompts the first position's argmax is the
-    last's, or a sample at temperature 0.5 is the one at temperature 1, and a run seed
-    that drew one would let that mistake pass the case."""
+    tokens than the reference (and, greedy, than each other mistake: two, or five tokens
+    for the mistakes that show from the second on, so the search stays cheap). On some
+    prompts the first position's argmax is the last's, or a sample at temperature 0.5 is
+    the one at temperature 1, and a run seed that drew one would let that mistake pass the
+    case."""
     mistakes = _showing_mistakes(B, T0, n, temperature)
     model = step_decoder()
 
@@ -396,11 +397,17 @@ def _prompt(B: int, T0: int, n: int, temperature: float, seed: int) -> tuple[tor
             generator = _data.generator(sampler)
             return reference_generate(model, prompt, steps, temperature, generator, mistake=mistake)
 
-        right = tokens(min(n, 5))
+        seen = [tokens(min(n, 5))]  # the right tokens, then each mistake's
         for mistake in mistakes:
             steps = min(n, 5 if mistake in ("stale logits", "previous token") else 2)
-            if torch.equal(tokens(steps, mistake), right[:, : T0 + steps]):
-                return False
+            wrong = tokens(steps, mistake)
+            # other tokens than the right ones and, when greedy (where the first failure of
+            # most mistakes is), than every other mistake's: the diagnosis names it alone
+            for other in seen if temperature == 0 else seen[:1]:
+                length = min(wrong.shape[1], other.shape[1])
+                if torch.equal(wrong[:, :length], other[:, :length]):
+                    return False
+            seen.append(wrong)
         return True
 
     return _data.draw_until(draw, keep, seed)

@@ -1,8 +1,9 @@
 """Attention as a weighted average: soft/hard argmax, set attention,
 scaled dot-product attention and additive (Bahdanau) attention.
 
-Notation (see the package docstring): ``B`` batch, ``T`` queries, ``S`` keys
-and values, ``Dk`` query/key width, ``Dv`` value width. The lecture notes write
+Notation (see the package docstring): ``B`` batch, ``T`` queries, ``S`` keys and
+values, ``Dk`` query/key width, ``Dv`` value width. The source notes (the lecture
+notes this course was first written from; see the book's introduction) write
 vectors as columns (``H = X A``); the code is batch-first rows, so the same
 equation reads ``H = A @ X`` with ``A`` of shape ``(T, S)``.
 """
@@ -112,7 +113,7 @@ def set_attention(
     Every element ``x_t`` is a query against all elements:
     ``alpha_t = soft(arg)max_beta(X x_t)`` and ``h_t = sum_s alpha_ts x_s``.
     Stacking the queries gives ``A = soft(arg)max_beta(X X^T)`` (rows sum to 1)
-    and ``H = A @ X`` (the notes' column form is ``H = X A``). With no positions
+    and ``H = A @ X`` (the source notes' column form is ``H = X A``). With no positions
     involved, permuting the rows of ``X`` permutes the rows of ``H`` the same
     way: attention maps sets to sets. PyTorch has no built-in for it; it equals
     ``F.scaled_dot_product_attention(X, X, X, scale=beta)`` returning ``H`` (tested).

@@ -9,13 +9,14 @@ twice: in self-attention (no real token attends to padding) and in the pooling
 pooled vector, and so the prediction, changes when a sentence is padded more.
 
 BERT (Devlin et al., 2019) reads the output at a special ``[CLS]`` position
-instead of pooling. The lecture's classifier, of the same name, uses the mask
-in neither place: its encoder gets no attention mask, so real tokens attend to
-``<pad>``, and it applies the linear layer at every position and takes, for each
-class, the maximum score over time, ``<pad>`` positions included. Both let the
-amount of padding change the answer, the mistake chapter 11 measures. Here
-``pooling="max"`` uses :func:`masked_max_pool` and ``pooling="mean"`` (the
-default) :func:`masked_mean_pool`; both ignore the padding.
+instead of pooling. The classifier of the same name in the source notes (see the
+book's introduction) uses the mask in neither place: its encoder gets no attention
+mask, so real tokens attend to ``<pad>``, and it applies the linear layer at every
+position and takes, for each class, the maximum score over time, ``<pad>``
+positions included. Both let the amount of padding change the answer, the mistake
+chapter 11 measures. Here ``pooling="max"`` uses :func:`masked_max_pool` and
+``pooling="mean"`` (the default) :func:`masked_mean_pool`; both ignore the
+padding.
 """
 
 from __future__ import annotations

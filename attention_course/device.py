@@ -75,16 +75,16 @@ def get_device(prefer: str | torch.device | None = None) -> torch.device:
 CHAPTER_THREADS = 1
 """PyTorch's CPU threads in the chapters and exercises (set by :func:`seed_everything`).
 
-One, because the course's matrices are small and its machines are shared. Measured with
-``benchmarks/threads.py`` on the course's 2-core machine (torch 2.13, medians of 7
-interleaved repeats): alone on the machine, two threads take 0.67x the time of one for
-chapter 13's training step and 1.06x for chapter 3's; while another process trains (a
-second pytest worker, a reader's other work), two threads take 2.2x the time of one for
-chapter 13's step, 40x for chapter 3's and 26x for one attention call, because each
-thread waits for a core the other process holds. One thread loses at most a third when
-the machine is idle and avoids the collapse when it is not (a report on this machine
-kind: chapter 13 ran 839 s with two threads, against 89 s with one). One thread also fixes
-the order of every sum, so a notebook prints the same digits wherever it runs.
+One, because the course's matrices are small and its machines are often shared. Measured
+with ``benchmarks/threads.py`` on the course's 2-core machine (torch 2.13, 7 interleaved
+repeats; ``benchmarks/README.md`` has the table): with nothing else running, a second
+thread changed the time of three chapter workloads by factors between 0.54 and 1.25
+(medians 0.67 for chapter 13's training step, 1.06 for chapter 3's, 0.86 for one
+attention call); while another process trained, it made them between 1.1 and 99 times
+slower (medians 2.2, 40 and 26). The factors under load vary widely from run to run;
+their direction did not. With one thread, the thread count is also one thing less that
+changes the order of floating-point sums (the instruction set, the BLAS library and the
+device still can: the notebooks print rounded numbers for that).
 """
 
 
@@ -95,7 +95,7 @@ def seed_everything(seed: int = 0, *, threads: int | None = CHAPTER_THREADS) -> 
     Seeding makes a notebook's random numbers repeatable on one machine; the
     notebooks additionally print rounded numbers so that CPU and GPU agree. The thread
     count is set here, in the one call every chapter and exercise makes first, so that
-    it is chosen in one place.
+    it is chosen in one place (:data:`CHAPTER_THREADS` says why one).
     """
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ValueError(f"seed: got {seed!r} ({type(seed).__name__}), expected an int")

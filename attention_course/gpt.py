@@ -22,9 +22,9 @@ from ._validate import check_positive_int, check_probability, require_float, req
 from .efficient import AttentionCache, FusedMask, KVCache, prepare_fused_mask
 from .embedding import check_token_ids
 from .ffn import make_ffn, swiglu_hidden_size
-from .kv import RollingAttentionCache, repeat_kv, sliding_window_mask
+from .kv import RollingAttentionCache, _repeat_kv, sliding_window_mask
 from .masking import causal_mask
-from .multihead import MultiHeadAttention, split_heads
+from .multihead import MultiHeadAttention, _check_heads, _split_heads
 from .norms import RMSNorm, make_norm
 from .positional import sinusoidal_positional_encoding
 from .positions import alibi_causal_mask, apply_rope
@@ -186,9 +186,9 @@ class CausalSelfAttention(MultiHeadAttention):
         if mask is None:
             S = T + (cache.length if cache is not None else 0)
             mask = self.causal_mask_for(T, S, x.device, x.dtype, need_weights)
-        q = split_heads(self.w_q(x), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
-        k = split_heads(self.w_k(x), self.num_kv_heads)  # (B, T, Hkv*Dh) -> (B, Hkv, T, Dh)
-        v = split_heads(self.w_v(x), self.num_kv_heads)  # (B, T, Hkv*Dh) -> (B, Hkv, T, Dh)
+        q = _split_heads(self.w_q(x), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
+        k = _split_heads(self.w_k(x), self.num_kv_heads)  # (B, T, Hkv*Dh) -> (B, Hkv, T, Dh)
+        v = _split_heads(self.w_v(x), self.num_kv_heads)  # (B, T, Hkv*Dh) -> (B, Hkv, T, Dh)
         if self.pos == "rope":  # rotate at absolute positions: after the cached ones
             start = cache.length if cache is not None else 0
             positions = torch.arange(start, start + T, device=x.device)  # (T,)
@@ -197,7 +197,7 @@ class CausalSelfAttention(MultiHeadAttention):
         if cache is not None:  # the cache stores the Hkv heads, never the repeated copies
             k, v = cache.update(k, v)  # (B, Hkv, S, Dh) each
         n_rep = self.num_heads // self.num_kv_heads  # query heads per key/value head
-        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
+        k, v = _repeat_kv(k, n_rep), _repeat_kv(v, n_rep)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
         out, weights = self.attend(q, k, v, mask, need_weights)
         return (out, weights) if need_weights else out
 
@@ -357,8 +357,7 @@ class GPT(nn.Module):
         _check_choice("ffn", ffn, FFNS)
         if not isinstance(tie_weights, bool):
             raise ValueError(f"tie_weights: got {tie_weights!r}, expected True or False")
-        if d_model % num_heads != 0:
-            raise ValueError(f"num_heads: got {num_heads}, expected a divisor of d_model={d_model}")
+        _check_heads(d_model, num_heads)  # the attention module's own message
         if num_kv_heads is not None:
             check_positive_int("num_kv_heads", num_kv_heads)
             if num_heads % num_kv_heads != 0:

@@ -40,6 +40,12 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     """
     require_ndim("x", x, (4,), "(B, Hkv, S, Dh)")
     check_positive_int("n_rep", n_rep)
+    return _repeat_kv(x, n_rep)
+
+
+def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """:func:`repeat_kv` without its checks, for the attention modules, which checked their
+    head counts once, in their constructor."""
     if n_rep == 1:
         return x
     B, Hkv, S, Dh = x.shape

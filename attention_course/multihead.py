@@ -45,6 +45,12 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """
     require_ndim("x", x, (3,), "(B, T, D)")
     _check_heads(x.shape[-1], num_heads)
+    return _split_heads(x, num_heads)
+
+
+def _split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """:func:`split_heads` without its checks, for the modules, whose constructor and
+    ``forward`` have checked the shapes once (validation at the entry points only)."""
     B, T, D = x.shape
     x = x.view(B, T, num_heads, D // num_heads)  # (B, T, D) -> (B, T, H, Dh)
     return x.transpose(1, 2)  # (B, T, H, Dh) -> (B, H, T, Dh)
@@ -60,6 +66,11 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
         x: ``(B, H, T, Dh)``; returns ``(B, T, H * Dh)``.
     """
     require_ndim("x", x, (4,), "(B, H, T, Dh)")
+    return _merge_heads(x)
+
+
+def _merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """:func:`merge_heads` without its check (see :func:`_split_heads`)."""
     B, H, T, Dh = x.shape
     x = x.transpose(1, 2)  # (B, H, T, Dh) -> (B, T, H, Dh)
     return x.reshape(B, T, H * Dh)  # (B, T, H, Dh) -> (B, T, D); copies: x is not contiguous
@@ -155,12 +166,12 @@ class MultiHeadAttention(nn.Module):
         projects them once), and ``mask`` covers all cached keys."""
         if cache is None:
             self._validate(query, key, value, mask)
-        q = split_heads(self.w_q(query), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
+        q = _split_heads(self.w_q(query), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
         if cache is not None and cache.filled:  # cross-attention: the memory is projected once
             k, v = cache.keys, cache.values
         else:
-            k = split_heads(self.w_k(key), self.num_heads)  # (B, S, kdim) -> (B, H, S, Dh)
-            v = split_heads(self.w_v(value), self.num_heads)  # (B, S, vdim) -> (B, H, S, Dh)
+            k = _split_heads(self.w_k(key), self.num_heads)  # (B, S, kdim) -> (B, H, S, Dh)
+            v = _split_heads(self.w_v(value), self.num_heads)  # (B, S, vdim) -> (B, H, S, Dh)
         return self.attend(q, k, v, mask, need_weights, cache)
 
     def attend(self, q, k, v, mask=None, need_weights: bool = True, cache=None):
@@ -184,4 +195,4 @@ class MultiHeadAttention(nn.Module):
             heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p)
         else:
             heads, weights = fused_attention(q, k, v, mask, p), None
-        return self.w_o(merge_heads(heads)), weights  # (B, H, T, Dh) -> (B, T, D)
+        return self.w_o(_merge_heads(heads)), weights  # (B, H, T, Dh) -> (B, T, D)

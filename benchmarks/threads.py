@@ -6,8 +6,8 @@ Run from the repository root::
     python -m benchmarks.threads --busy     # ... while another process trains (all cores)
     python -m benchmarks.threads --quick    # a few seconds; for the test
 
-Workloads of the chapters' own sizes, each timed with 1 thread and with every other
-thread count up to the machine's cores, interleaved in one process (1, 2, 1, 2, ...)
+Workloads of the chapters' own sizes, each timed with 1 thread and with 2 (and 4 and 8
+where the machine has that many cores), interleaved in one process (1, 2, 1, 2, ...)
 after a warm-up, so that a machine that gets busier during the run slows both alike:
 
 * ``gpt_step``: one AdamW step of chapter 13's small GPT (D = 96, 4 heads, 3 layers,
@@ -16,7 +16,8 @@ after a warm-up, so that a machine that gets busier during the run slows both al
 * ``attention``: scaled dot-product attention on (8, 4, 64, 24), the exercises' size.
 
 ``--busy`` measures the same while a second process runs chapter 13's training step with
-torch's default thread count, as a second pytest worker, or a reader's other work, does.
+torch's default thread count (other work a reader runs, say; a second pytest worker now
+runs on one thread, which competes less).
 
 For each it prints the median time per call with each thread count, and the ratio
 (time with t threads / time with 1) with the lowest and highest ratio over the repeats:

@@ -2,7 +2,7 @@
 
 Run from the repository root (seeded; the numbers are reproducible on one machine)::
 
-    OMP_NUM_THREADS=1 python scripts/alignment_seeds.py            # the committed JSON
+    python scripts/alignment_seeds.py                               # one thread (--threads)
     python scripts/alignment_seeds.py --quick --out /tmp/s.json     # a smoke test
 
 The data and the two training protocols are chapter 3's (cells "The model" and "Without
@@ -16,8 +16,8 @@ batch order for every run), and
 - ``readout_only``: 1,500 steps on the read-out loss alone (the pointer loss is
   computed and recorded, never minimised).
 
-The seed is ``seed_everything(seed)`` just before the model is built, so it sets the
-initial weights; everything else is the same for both seeds. The read-out-only run at
+The seed is ``seed_everything(seed)`` (``_study.seed``) just before the model is built, so
+it sets the initial weights; everything else is the same for both seeds. The read-out-only run at
 seed 0 is the chapter's own run. The chapter's supervised model is built after other
 random draws, so its weights are not this script's seed 0.
 
@@ -26,23 +26,19 @@ sequence accuracies, how often the largest weight is on the right input, the mea
 weight on the right input, the watched pointer loss (first step, its highest value
 and the step of it, the mean of the last 20 steps), and, for the steps whose largest
 weight is on a wrong input, how often that input shares a number with the right pair,
-against the share expected if the wrong input were drawn at random from the others.
+against the share expected if the wrong input were drawn at random from the others. The
+command line and the JSON's metadata are the other studies' (``scripts/_study.py``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-from pathlib import Path
-
+import _study
 import torch
 
-from attention_course import seed_everything
 from attention_course.alignment import PairAligner, unshuffle_losses
 from attention_course.data.unshuffle import make_unshuffle_task
 
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "book" / "data" / "alignment_seeds.json"
+DEFAULT_OUT = _study.ROOT / "book" / "data" / "alignment_seeds.json"
 TEST_LENGTHS, TEST_OFFSETS = (7, 12, 17), (5, 15, 25)
 NUM_VALUES = 73
 FULL = {"supervised_steps": 300, "readout_only_steps": 1500, "seeds": [0, 1], "train": 2000}
@@ -55,7 +51,7 @@ def _shares_a_number(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def run(train, test, seed: int, steps: int, supervised: bool) -> dict:
-    seed_everything(seed)
+    _study.seed(seed)
     model = PairAligner(NUM_VALUES, d_model=32, hidden_dim=32)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     batches = torch.Generator().manual_seed(0)  # the chapter's batch order, for every seed
@@ -109,10 +105,9 @@ def run(train, test, seed: int, steps: int, supervised: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a few steps, a small training set")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser = _study.parser(__doc__, DEFAULT_OUT, quick="a few steps, a small training set")
     args = parser.parse_args(argv)
+    start = _study.start(args)
     size = QUICK if args.quick else FULL
 
     train_lengths = [n for n in range(5, 21) if n not in TEST_LENGTHS]
@@ -140,16 +135,9 @@ def main(argv: list[str] | None = None) -> dict:
         "training": {**size, "batch_size": 64, "lr": 3e-3, "batch_order_seed": 0},
         "test_chains": len(test),
         "test_steps": int(test.mask.sum()),
-        "machine": {
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-            "processor": platform.machine(),
-        },
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
-    return data
+    return _study.finish(args.out, data, start)
 
 
 if __name__ == "__main__":

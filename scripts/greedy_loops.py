@@ -2,7 +2,7 @@
 
 Run from the repository root (a minute or two on one thread of a shared 2-core machine)::
 
-    OMP_NUM_THREADS=1 python scripts/greedy_loops.py
+    python scripts/greedy_loops.py                        # one thread (--threads)
     python scripts/greedy_loops.py --prompts 2 --tokens 40 --out /tmp/loops.json   # a smoke test
 
 The prompts are not chosen by hand: they are the ``prompts`` words that most often begin a
@@ -13,23 +13,22 @@ each followed by a space. From each, the shipped checkpoint
 A text *ends in a loop* when its last 100 characters repeat with a period of at most 30
 characters (``loop_period``); the loop starts where that periodic tail begins. The results
 go to ``book/data/greedy_loops.json``; ``book/13_decoder_only.ipynb`` reads them and
-re-generates one prompt live to check the file.
+re-generates one prompt live to check the file. The command line and the JSON's metadata are
+the other studies' (``scripts/_study.py``).
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
-import json
 import re
-from pathlib import Path
 
+import _study
 import torch
 
 from attention_course import CharTokenizer, generate, load_gpt_checkpoint
 from attention_course.data import python_docs, split_text
 
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "book" / "data" / "greedy_loops.json"
+DEFAULT_OUT = _study.ROOT / "book" / "data" / "greedy_loops.json"
 
 
 def loop_period(text: str, tail: int = 100, longest: int = 30) -> int | None:
@@ -70,19 +69,16 @@ def survey(prompts: int, tokens: int) -> dict:
         period = loop_period(greedy)
         start = loop_start(greedy, period) if period else None
         rows.append({"prompt": prompt, "text": greedy, "loop_period": period, "loop_start": start})
-    return {"tokens": tokens, "torch": torch.__version__, "results": rows}
+    return {"tokens": tokens, "results": rows}
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = _study.parser(__doc__, DEFAULT_OUT)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=600)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    result = survey(args.prompts, args.tokens)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    start = _study.start(args)
+    result = _study.finish(args.out, survey(args.prompts, args.tokens), start)
     for row in result["results"]:
         print(f"{row['prompt']!r:8} loop period {row['loop_period']}, from {row['loop_start']}")
     return result

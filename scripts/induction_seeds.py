@@ -13,23 +13,20 @@ held-out sequences of period 16) for seeds 0, 1 and 2 on one thread, and for see
 two threads. For each run it records the loss curve, the phase change (the first measured
 step whose loss is below half of step 0's) and the final loss. The chapter prints them
 from ``book/data/induction_seeds.json``; its own run (seed 0, one thread) is the first row.
+The command line and the JSON's metadata are the other studies' (``scripts/_study.py``;
+each run sets its own threads).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import time
-from pathlib import Path
-
+import _study
 import torch
 import torch.nn.functional as F
 
-from attention_course import GPT, seed_everything
+from attention_course import GPT
 from attention_course.data import repeated_tokens
 
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "book" / "data" / "induction_seeds.json"
+DEFAULT_OUT = _study.ROOT / "book" / "data" / "induction_seeds.json"
 V, PERIOD, EVERY = 32, 16, 10
 
 
@@ -43,7 +40,7 @@ def run(seed: int, threads: int, steps: int) -> dict:
     """The chapter's training loop; the second-half loss every EVERY steps."""
     torch.set_num_threads(threads)
     eval_ids = repeated_tokens(64, PERIOD, V, torch.Generator().manual_seed(1234))
-    seed_everything(seed)
+    _study.seed(seed)
     model = GPT(V, d_model=64, num_heads=4, num_layers=2, max_len=64, pos="rope", ffn="none",
                 tie_weights=False)  # fmt: skip
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=0.0)
@@ -62,28 +59,24 @@ def run(seed: int, threads: int, steps: int) -> dict:
         loss.backward()
         optimizer.step()
     below = [i * EVERY for i, loss in enumerate(curve) if loss < curve[0] / 2]
-    return {"seed": seed, "threads": threads, "phase_step": below[0] if below else None,
+    return {"seed": seed, "threads": torch.get_num_threads(),  # the count it ran with
+            "phase_step": below[0] if below else None,
             "final_loss": curve[-1], "curve": curve}  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> dict:
+    parser = _study.parser(__doc__, DEFAULT_OUT, threads=False)
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    args = parser.parse_args()
-    start = time.perf_counter()
+    args = parser.parse_args(argv)
+    start = _study.start(args)
     runs = []
     for seed, threads in [(0, 1), (1, 1), (2, 1), (0, 2)]:
         runs.append(run(seed, threads, args.steps))
         r = runs[-1]
         print(f"seed {seed}, {threads} thread(s): phase change at step {r['phase_step']}, "
               f"final loss {r['final_loss']:.4f}")  # fmt: skip
-    result = {"steps": args.steps, "every": EVERY, "runs": runs,
-              "seconds": round(time.perf_counter() - start, 1), "torch": torch.__version__,
-              "python": platform.python_version(), "machine": platform.machine()}  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.out} ({result['seconds']} s)")
+    result = {"steps": args.steps, "every": EVERY, "runs": runs}
+    return _study.finish(args.out, result, start, threads=False)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Run from the repository root (about a minute on one thread of a shared 2-core machine)::
 
-    OMP_NUM_THREADS=1 python scripts/kv_cache_generation.py
+    python scripts/kv_cache_generation.py                 # one thread (--threads)
     python scripts/kv_cache_generation.py --tokens 512 --out /tmp/gen.json   # a smoke test
 
 A tiny untrained GPT (8 query heads, 2 key/value heads, two layers, ``Dh = 8``, rotary
@@ -15,22 +15,18 @@ what each layer's cache holds) and the bytes it has allocated (``cache.nbytes``)
 are counts, not timings: they are the same on every machine, whatever tokens the
 untrained model happens to choose. The results go to ``book/data/kv_cache_generation.json``,
 which ``book/15_sharing_keys_values.ipynb`` plots; the chapter re-generates the first
-points live and checks them against the file.
+points live and checks them against the file. The command line and the JSON's metadata are
+the other studies' (``scripts/_study.py``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import time
-from pathlib import Path
-
+import _study
 import torch
 
-from attention_course import GPT, seed_everything
+from attention_course import GPT
 
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "book" / "data" / "kv_cache_generation.json"
+DEFAULT_OUT = _study.ROOT / "book" / "data" / "kv_cache_generation.json"
 CONFIG = {
     "vocab_size": 64,
     "d_model": 64,
@@ -51,7 +47,7 @@ def stored_bytes(cache) -> int:
 @torch.no_grad()
 def generation_curve(window: int | None, tokens: int, every: int) -> list[dict]:
     """Generate ``tokens`` tokens greedily with a cache; the cache's bytes every ``every``."""
-    seed_everything(0)
+    _study.seed(0)
     model = GPT(**CONFIG, window=window).eval()
     cache = model.new_cache()
     token = torch.zeros(1, 1, dtype=torch.long)  # a one-token prompt
@@ -66,14 +62,13 @@ def generation_curve(window: int | None, tokens: int, every: int) -> list[dict]:
     return points
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> dict:
+    parser = _study.parser(__doc__, DEFAULT_OUT)
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--every", type=int, default=256)
     parser.add_argument("--window", type=int, default=512)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    args = parser.parse_args()
-    start = time.perf_counter()
+    args = parser.parse_args(argv)
+    start = _study.start(args)
     curves = {
         "full": generation_curve(None, args.tokens, args.every),
         "rolling": generation_curve(args.window, args.tokens, args.every),
@@ -85,19 +80,15 @@ def main() -> None:
         "every": args.every,
         "prompt_tokens": 1,
         "curves": curves,
-        "seconds": round(time.perf_counter() - start, 1),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    result = _study.finish(args.out, result, start)
     for name, points in curves.items():
         last = points[-1]
         print(
             f"{name:8} after {last['generated']} tokens: stored {last['stored']:,} B, "
             f"allocated {last['allocated']:,} B"
         )
-    print(f"wrote {args.out} ({result['seconds']} s)")
+    return result
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ Run from the repository root (seeded; the committed results took 1245 s for the 
 models, and the sinusoidal rerun 249 s, with OMP_NUM_THREADS=1 on the course's 2-core
 machine, shared with other jobs; more threads may be faster)::
 
-    OMP_NUM_THREADS=1 python scripts/position_study.py
+    python scripts/position_study.py                     # one thread (--threads)
     python scripts/position_study.py --quick --out /tmp/study.json   # seconds
     python scripts/position_study.py --only sinusoidal   # retrain one setting, merge
 
@@ -28,27 +28,22 @@ scaled token embeddings (see :class:`attention_course.GPT`).
 
 ``attention_course/assets/position_study.json`` holds the results the chapter
 loads, and ``position_study.pt`` (next to it) the weights of the first seed's five
-models in bfloat16 (``{"config": GPT kwargs without pos, "state_dicts": {pos: ...}}``).
+models in bfloat16 (``{"config": GPT kwargs without pos, "state_dicts": {pos: ...}}``). The
+command line, the training run and the JSON's keys are the other studies'
+(``scripts/_study.py``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
-import time
-from pathlib import Path
 
+import _study
 import torch
 import torch.nn.functional as F
 
-from attention_course import GPT, CharTokenizer, seed_everything
-from attention_course.data import python_docs, split_text
-from attention_course.train import train_language_model
+from attention_course import GPT
 
-DEFAULT_OUT = (
-    Path(__file__).resolve().parents[1] / "attention_course" / "assets" / "position_study.json"
-)
+DEFAULT_OUT = _study.ROOT / "attention_course" / "assets" / "position_study.json"
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 FULL = {
     "L": 64,
@@ -92,9 +87,7 @@ def per_position_loss(model: GPT, ids: torch.Tensor, length: int) -> torch.Tenso
 
 
 def run(config: dict, progress: bool = True, positions=POSITIONS) -> dict:
-    text = python_docs()
-    tok = CharTokenizer(text)
-    train_ids, val_ids = split_text(tok.encode(text))
+    tok, train_ids, val_ids = _study.char_data()
     val_ids = val_ids[: config["eval_chars"] + 1]
     L = config["L"]
     lengths = [L, 2 * L, 4 * L]
@@ -102,7 +95,7 @@ def run(config: dict, progress: bool = True, positions=POSITIONS) -> dict:
     for pos in positions:
         runs = []
         for seed in config["seeds"]:
-            seed_everything(seed)
+            _study.seed(seed)
             model = GPT(
                 tok.vocab_size,
                 d_model=config["d_model"],
@@ -111,17 +104,8 @@ def run(config: dict, progress: bool = True, positions=POSITIONS) -> dict:
                 max_len=4 * L,
                 pos=pos,
             )
-            history = train_language_model(
-                model,
-                train_ids,
-                None,
-                steps=config["steps"],
-                batch_size=config["batch_size"],
-                context=L,
-                lr=config["lr"],
-                seed=seed,
-                progress=progress,
-            )
+            training = {**config, "context": L}
+            history = _study.train(model, train_ids, None, training, seed, progress)
             if seed == config["seeds"][0]:
                 weights[pos] = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}
             curve = per_position_loss(model, val_ids, 4 * L)
@@ -131,8 +115,8 @@ def run(config: dict, progress: bool = True, positions=POSITIONS) -> dict:
                     "seed": seed,
                     "loss_at": loss_at,
                     "curve": curve.tolist(),
-                    "final_train_loss": history["train_loss"][-1],
-                    "seconds": history["seconds"],
+                    "train_loss_last_step": history["train_loss"][-1],
+                    "train_seconds": history["seconds"],
                 }
             )
             print(
@@ -152,11 +136,10 @@ def run(config: dict, progress: bool = True, positions=POSITIONS) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a tiny run (seconds), for tests")
+    parser = _study.parser(
+        __doc__, DEFAULT_OUT, quick="a tiny run (seconds), for tests", progress=True
+    )
     parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(
         "--only",
         choices=POSITIONS,
@@ -172,12 +155,13 @@ def main(argv: list[str] | None = None) -> dict:
     if args.only is not None:
         old = json.loads(args.out.read_text())
         config = old["config"]  # the same config and seeds as the results merged into
-    start = time.perf_counter()
+    start = _study.start(args)
     positions = POSITIONS if args.only is None else (args.only,)
     data, weights = run(config, progress=not args.no_progress, positions=positions)
-    seconds = round(time.perf_counter() - start, 1)
+    seconds = _study.seconds_since(start)
     if old is None:
-        data["total_seconds"] = seconds
+        data["machine"] = _study.machine()
+        data["seconds"] = seconds
     else:
         if data["vocab_size"] != old["vocab_size"]:
             raise SystemExit(f"--only: vocab_size {data['vocab_size']} != {old['vocab_size']}")
@@ -185,21 +169,17 @@ def main(argv: list[str] | None = None) -> dict:
         old["results"][args.only] = data["results"][args.only]
         reruns = old.setdefault("reruns", [])
         reruns.append(
-            {"pos": args.only, "seconds": seconds, "reason": args.reason, "replaced": replaced}
+            {
+                "pos": args.only,
+                "seconds": seconds,
+                "reason": args.reason,
+                "replaced": replaced,
+                "machine": _study.machine(),
+            }
         )
         data = old
 
-    def rounded(value):
-        if isinstance(value, float):
-            return round(value, 5) if math.isfinite(value) else value
-        if isinstance(value, list):
-            return [rounded(v) for v in value]
-        if isinstance(value, dict):
-            return {k: rounded(v) for k, v in value.items()}
-        return value
-
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rounded(data), indent=1) + "\n")
+    _study.write(args.out, data, digits=5)
     model_config = {
         "vocab_size": data["vocab_size"],
         "d_model": config["d_model"],
@@ -214,7 +194,7 @@ def main(argv: list[str] | None = None) -> dict:
         saved["state_dicts"][args.only] = weights[args.only]
         weights = saved["state_dicts"]
     torch.save({"config": model_config, "state_dicts": weights}, args.out.with_suffix(".pt"))
-    print(f"wrote {args.out} in {seconds:.0f} s")
+    print(f"the study took {seconds:.0f} s")
     return data
 
 

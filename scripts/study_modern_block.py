@@ -2,7 +2,7 @@
 
 Run from the repository root (seeded; the losses are reproducible on one machine)::
 
-    OMP_NUM_THREADS=1 python scripts/study_modern_block.py            # the committed JSON
+    python scripts/study_modern_block.py                               # one thread (--threads)
     python scripts/study_modern_block.py --quick --out /tmp/m.json     # a smoke test
 
 Every configuration is a :class:`attention_course.GPT` of two layers, ``d_model=64``,
@@ -28,25 +28,19 @@ the number of threads torch used). The runs go one after another, configuration 
 configuration and seed by seed; the committed JSON's ran on one thread each, on a
 two-core machine shared with other jobs, so the load, and with it the throughput,
 varied from run to run: compare the runs of one configuration before reading a
-difference between configurations.
+difference between configurations. The command line, the training run and the JSON's
+keys are the other studies' (``scripts/_study.py``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import platform
-import time
-from pathlib import Path
 
-import torch
+import _study
 
-from attention_course import GPT, CharTokenizer, count_parameters, seed_everything
-from attention_course.data import python_docs, split_text
-from attention_course.train import evaluate_lm, train_language_model
+from attention_course import GPT, count_parameters
 
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "book" / "data" / "modern_block.json"
+DEFAULT_OUT = _study.ROOT / "book" / "data" / "modern_block.json"
 BASE = {"d_model": 64, "num_heads": 4, "num_layers": 2, "max_len": 64}
 # name -> the GPT options that differ from chapter 13's block (d_ff is matched later)
 CONFIGS = {
@@ -76,16 +70,12 @@ SCHEDULE = (
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a few steps, one seed")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser = _study.parser(__doc__, DEFAULT_OUT, quick="a few steps, one seed", progress=True)
     args = parser.parse_args(argv)
+    start = _study.start(args)
     training = QUICK if args.quick else FULL
 
-    text = python_docs()
-    tokenizer = CharTokenizer(text)
-    ids = tokenizer.encode(text)
-    train_ids, val_ids = split_text(ids, 0.1)
+    tokenizer, train_ids, val_ids = _study.char_data()
     V = tokenizer.vocab_size
     target = count_parameters(GPT(V, **BASE))
 
@@ -94,37 +84,15 @@ def main(argv: list[str] | None = None) -> dict:
         d_ff = 4 * BASE["d_model"] if not options else matched_d_ff(V, options, target)
         runs = []
         for seed in training["seeds"]:
-            seed_everything(seed)
+            _study.seed(seed)
             model = GPT(V, **BASE, **options, d_ff=d_ff)
-            run = train_language_model(
-                model,
-                train_ids,
-                val_ids,
-                steps=training["steps"],
-                batch_size=training["batch_size"],
-                context=training["context"],
-                lr=training["lr"],
-                eval_every=training["steps"],
-                eval_tokens=4096,
-                seed=seed,
-                progress=False,
+            run = _study.train_and_score(
+                model, train_ids, val_ids, training, seed, progress=not args.no_progress
             )
-            start = time.perf_counter()
-            val = evaluate_lm(model, val_ids, context=training["context"])
-            eval_seconds = time.perf_counter() - start
-            runs.append(
-                {
-                    "seed": seed,
-                    "val_loss": val,
-                    "final_train_loss": sum(run["train_loss"][-50:]) / len(run["train_loss"][-50:]),
-                    "train_seconds": run["seconds"],
-                    "tokens_per_second": run["tokens"] / run["seconds"],
-                    "eval_seconds": eval_seconds,
-                }
-            )
+            runs.append({"seed": seed, **run})
             print(
-                f"{name:7} d_ff={d_ff:4} seed {seed}: held-out {val:.4f} nats/char, "
-                f"{run['tokens'] / run['seconds']:,.0f} tokens/s",
+                f"{name:7} d_ff={d_ff:4} seed {seed}: held-out {run['val_loss']:.4f} nats/char, "
+                f"{run['tokens_per_second']:,.0f} tokens/s",
                 flush=True,
             )
         results[name] = {
@@ -141,18 +109,9 @@ def main(argv: list[str] | None = None) -> dict:
         "train_chars": len(train_ids),
         "val_chars": len(val_ids),
         "uniform_loss": math.log(V),
-        "machine": {
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-            "schedule": SCHEDULE,
-            "processor": platform.processor() or platform.machine(),
-        },
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {args.out}")
-    return data
+    return _study.finish(args.out, data, start, schedule=SCHEDULE)
 
 
 if __name__ == "__main__":

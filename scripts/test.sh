@@ -2,6 +2,8 @@
 # Run every test: the package's unit tests and every notebook under book/ and
 # exercises/, re-executed and compared with its committed outputs (nbval).
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/test_attention.py`.
+# `bash scripts/test.sh tests -m "not slow"`: the unit tests without those that start a
+# Jupyter kernel or a bwrap sandbox (marker `slow`, pyproject.toml); CI runs everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh

@@ -8,12 +8,17 @@ failure reproduces exactly. Helpers that several files need are fixtures here
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from attention_course import seed_everything
 
+ROOT = Path(__file__).resolve().parents[1]
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
@@ -54,3 +59,25 @@ def randomize():
 def device(request) -> torch.device:
     """Every device this machine has (CPU, and CUDA when present)."""
     return torch.device(request.param)
+
+
+def _run_script(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    process = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / name), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+        cwd=ROOT,
+        timeout=timeout,
+        check=False,
+    )
+    assert process.returncode == 0, f"scripts/{name} {' '.join(args)}:\n{process.stderr}"
+    return process
+
+
+@pytest.fixture
+def run_script():
+    """``run_script("name.py", *args, timeout=300)``: run ``scripts/name.py`` from the
+    repository root in a fresh Python on one thread; fails the test, with the script's
+    stderr, unless it exits 0; returns the finished process (``.stdout``, ``.stderr``)."""
+    return _run_script

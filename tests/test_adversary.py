@@ -95,6 +95,7 @@ def test_the_exercise_is_found_by_its_key_then_by_its_file_name():
         grading.tasks_to_grade(nb, "ada.ipynb")
 
 
+@pytest.mark.slow
 def test_an_unknown_exercise_exits_2_unless_the_notebook_is_trusted(tmp_path, capsys):
     path = _copy("adv_tasks_unknown", tmp_path)
     assert grading.main([str(path)]) == 2
@@ -337,6 +338,7 @@ HONEST = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "task", "reasons"), ATTACKS, ids=[a[0] for a in ATTACKS])
 def test_each_attack_scores_zero_with_a_named_reason(graded, name, task, reasons):
     grade = graded(name)
@@ -353,6 +355,7 @@ def test_each_attack_scores_zero_with_a_named_reason(graded, name, task, reasons
     assert grade.notes == ([EDITED] if name.startswith("adv_tasks") else [])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(set(HONEST.values())))
 def test_the_honest_twins_keep_full_marks(graded, name):
     grade = graded(name)
@@ -360,17 +363,20 @@ def test_the_honest_twins_keep_full_marks(graded, name):
     assert grade.notes == [] and all(not t.findings for t in grade.tasks)
 
 
+@pytest.mark.slow
 def test_watch_off_is_denied_even_with_allow_builtins(graded):
     # --allow-builtins makes the computed import a note; switching the watch off is not
     cheat = _task(graded("adv_watch_off", allow_builtins=True), SDPA)
     assert cheat.score == 0 and "watch switched off" in cheat.reason, cheat.reason
 
 
+@pytest.mark.slow
 def test_a_trusted_notebook_of_an_unknown_exercise_is_graded_on_its_own_list(graded):
     grade = graded("adv_tasks_unknown", trust_notebook=True)
     assert grade.exercise == "99_made_up" and grade.passed and grade.score == 5
 
 
+@pytest.mark.slow
 def test_a_notebook_that_rebinds_the_watch_scores_zero_on_every_task(graded):
     # a cell that no task uses rebinds `attention_course.grading.cheats.watch_calls` in the kernel
     # (where the watch runs) and hands the reference over through `builtins`: 5/5 before
@@ -389,9 +395,10 @@ def test_the_grader_s_modules_are_flagged_in_any_cell():
         ("watch", "attention_course.grading.cheats")
     }
     for source in (
-        "from attention_course import sandbox",
-        "ac.cheats.watch_calls = None",
-        "m = __import__('attention_' + 'course.cheats')",
+        "from attention_course.grading import sandbox",
+        "from attention_course import grading",
+        "ac.grading.cheats.watch_calls = None",
+        "m = __import__('attention_' + 'course.grading.cheats')",
     ):
         nb = nbformat.read(ROOT / "exercises" / "solutions" / "04_scaled_dot_product.ipynb", 4)
         nb.cells.insert(2, nbformat.v4.new_code_cell(source))
@@ -508,6 +515,7 @@ def test_methods_of_a_sent_object_are_not_the_students_call():
     assert any("LayerNorm" in name for name in seen), seen
 
 
+@pytest.mark.slow
 def test_a_given_model_runs_without_its_class_imported(tmp_path):
     """Exercise 17 without the given `GPT` import (which once kept the grader from calling
     the model's forward the student's use of the reference): still full marks."""

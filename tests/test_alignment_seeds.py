@@ -4,9 +4,6 @@ committed JSON that the chapter reads has the fields the chapter uses."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,24 +31,9 @@ def _check_fields(data: dict) -> None:
                 assert 0.0 < run["wrong_shares_a_number_by_chance"] < 1.0
 
 
-def test_quick_run_writes_the_fields_the_chapter_reads(tmp_path):
+def test_quick_run_writes_the_fields_the_chapter_reads(tmp_path, run_script):
     out = tmp_path / "seeds.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "alignment_seeds.py"),
-            "--quick",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    run_script("alignment_seeds.py", "--quick", "--out", str(out))
     data = json.loads(out.read_text())
     _check_fields(data)
     # an untrained-sized run: a wrong input shares a number with the right pair about as

@@ -78,6 +78,7 @@ def test_answer_builtins_are_declared_next_to_the_checkers():
     assert CHECKERS["split_heads"].answer_builtins == ()  # no built-in is the answer
 
 
+@pytest.mark.slow
 def test_corrupt_notebooks_exit_2_with_a_named_error(tmp_path, capsys):
     for name, needle in [("adv_not_json", "NotJSONError"), ("adv_not_a_notebook", "")]:
         path = tmp_path / f"{name}.ipynb"
@@ -136,6 +137,7 @@ def fork_grade(tmp_path_factory):
     return done, path.parent / "forked_child.pid"
 
 
+@pytest.mark.slow
 def test_importlib_wrapper_scores_zero_static_and_dynamic(importlib_grade):
     task = _by_name(importlib_grade)[TASK1]
     assert task.score == 0 and not task.passed
@@ -147,6 +149,7 @@ def test_importlib_wrapper_scores_zero_static_and_dynamic(importlib_grade):
     assert importlib_grade.score == 2  # the other two tasks are the student's own
 
 
+@pytest.mark.slow
 def test_allow_builtins_turns_a_builtin_into_a_note(tmp_path):
     path = tmp_path / "adv_builtin_sdpa.ipynb"
     shutil.copy(FIXTURES / "adv_builtin_sdpa.ipynb.json", path)
@@ -157,6 +160,7 @@ def test_allow_builtins_turns_a_builtin_into_a_note(tmp_path):
     assert any("allowed by --allow-builtins" in n for n in lenient.notes), lenient.notes
 
 
+@pytest.mark.slow
 def test_a_crash_costs_only_what_depends_on_it(crashes_grade):
     tasks = _by_name(crashes_grade)
     # task 1 was solved before os._exit(1): it keeps its marks; so do the tasks after
@@ -175,6 +179,7 @@ def test_a_crash_costs_only_what_depends_on_it(crashes_grade):
     assert "(exit-cell): the kernel died while running this cell" in crashes_grade.table()
 
 
+@pytest.mark.slow
 def test_a_loop_in_c_code_is_stopped_by_a_restart(loop_grade):
     grade, seconds = loop_grade
     (cell,) = [c for c in grade.cells if c.id == "c-loop"]
@@ -183,6 +188,7 @@ def test_a_loop_in_c_code_is_stopped_by_a_restart(loop_grade):
     assert seconds < 90
 
 
+@pytest.mark.slow
 def test_a_memory_bomb_fails_under_the_memory_limit(bomb_grade):
     tasks = _by_name(bomb_grade)
     assert tasks[TASK1].passed
@@ -192,6 +198,7 @@ def test_a_memory_bomb_fails_under_the_memory_limit(bomb_grade):
     assert tasks["which_bug"].passed and tasks["predicted_variances"].passed
 
 
+@pytest.mark.slow
 def test_a_forked_child_does_not_outlive_the_grade(fork_grade):
     done, pid_file = fork_grade
     grade = json.loads(done.stdout)
@@ -211,6 +218,7 @@ def test_a_forked_child_does_not_outlive_the_grade(fork_grade):
         pytest.fail(f"the forked child {pid} is still running")
 
 
+@pytest.mark.slow
 def test_grade_json_lists_findings(importlib_grade):
     document = json.loads(json.dumps(importlib_grade.to_dict()))
     task = next(t for t in document["tasks"] if t["name"] == TASK1)

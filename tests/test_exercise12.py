@@ -301,6 +301,7 @@ def _copy_with(tmp_path: Path, name: str, source: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_grader_gives_full_marks_and_catches_the_whole_matrix_in_the_kernel(tmp_path):
     """One kernel per notebook: the solved twin gets 7/7; a copy whose loop builds the whole
     T × S score matrix loses the points of that task only, with the named reason, although
@@ -339,6 +340,7 @@ def test_grader_gives_full_marks_and_catches_the_whole_matrix_in_the_kernel(tmp_
     assert "at least T·S = 61 × 67 = 4,087" in loop.reason
 
 
+@pytest.mark.slow
 def test_grader_refuses_numpy_and_a_row_of_scores_in_the_kernel(tmp_path):
     """The numpy refusal and the tile limit hold in `attention-course grade` too, where the
     loop runs in the student's kernel: a causal mask built in numpy and a loop over query

@@ -49,6 +49,7 @@ def folder_run(tmp_path_factory):
     return done, out, folder
 
 
+@pytest.mark.slow
 def test_folder_gradebook(folder_run):
     done, out, folder = folder_run
     assert done.returncode == 2, done.stderr  # one submission could not be read
@@ -62,6 +63,7 @@ def test_folder_gradebook(folder_run):
     assert by_file["cy.ipynb"]["06_multi_head_attention/split_heads"] == "2"
 
 
+@pytest.mark.slow
 def test_junit_has_a_case_per_task_with_the_reason(folder_run):
     _, out, _ = folder_run
     root = ET.parse(out / "grades.xml").getroot()
@@ -79,6 +81,7 @@ def test_junit_has_a_case_per_task_with_the_reason(folder_run):
     assert suites["dee.ipynb"].find("testcase/error") is not None
 
 
+@pytest.mark.slow
 def test_summary_names_the_common_mistakes(folder_run):
     done, _, _ = folder_run
     text = done.stdout
@@ -96,6 +99,7 @@ def test_summary_names_the_common_mistakes(folder_run):
     assert mistakes and mistakes[0].startswith("      1 x "), lines[at:]
 
 
+@pytest.mark.slow
 def test_no_stray_kernel_warnings(folder_run):
     done, _, _ = folder_run
     assert "without encryption" not in done.stderr

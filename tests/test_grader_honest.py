@@ -44,6 +44,7 @@ def graded(tmp_path_factory):
     return status, {Path(s["notebook"]).stem: s for s in document["submissions"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(HONEST))
 def test_an_unusual_honest_solution_gets_full_marks(graded, name):
     status, grades = graded

@@ -93,6 +93,7 @@ def _cell_problems(grade: dict) -> str:
     return "\n".join(c["error"] for c in grade["cell_problems"])
 
 
+@pytest.mark.slow
 def test_the_sandbox_holds():
     report = isolation.check([ROOT / "exercises", ROOT / "README.md", ROOT / "tests"])
     assert report["uid"] == isolation.SANDBOX_UID
@@ -102,6 +103,7 @@ def test_the_sandbox_holds():
     assert report["nproc"] == [isolation.DEFAULT_PROCESSES] * 2
 
 
+@pytest.mark.slow
 def test_class_folder_and_outputs_untouched(graded_class):
     assert graded_class["after"] == graded_class["before"]  # no file added, none changed
     rows = list(csv.reader((graded_class["out"] / "grades.csv").open(encoding="utf-8")))
@@ -110,6 +112,7 @@ def test_class_folder_and_outputs_untouched(graded_class):
     assert (graded_class["out"] / "junit.xml").read_text().count("<testsuite ") == 7
 
 
+@pytest.mark.slow
 def test_honest_submissions_get_full_marks(graded_class):
     for name in HONEST:
         grade = graded_class["grades"][name]
@@ -117,6 +120,7 @@ def test_honest_submissions_get_full_marks(graded_class):
         assert grade["sandboxed"] is True
 
 
+@pytest.mark.slow
 def test_torch_py_beside_itself_harms_nobody_and_is_named(graded_class):
     grade = graded_class["grades"]["iso_torch_py"]
     assert grade["score"] == 5  # its own tasks are its own: a torch.py in its scratch
@@ -124,12 +128,14 @@ def test_torch_py_beside_itself_harms_nobody_and_is_named(graded_class):
     assert "torch.py" in _cell_problems(grade)
 
 
+@pytest.mark.slow
 def test_editing_classmates_reaches_nothing_and_is_named(graded_class):
     grade = graded_class["grades"]["iso_edit_classmates"]
     assert "FileNotFoundError" in _cell_problems(grade)
     assert str(graded_class["class"]) in _cell_problems(grade)
 
 
+@pytest.mark.slow
 def test_daemon_dies_with_the_sandbox_and_is_named(graded_class):
     grade = graded_class["grades"]["iso_daemon"]
     assert any("the sandbox ended them" in note for note in grade["notes"]), grade["notes"]
@@ -141,12 +147,14 @@ def test_daemon_dies_with_the_sandbox_and_is_named(graded_class):
         assert comm != "ac-iso-daemon", f"the daemon {pid} outlived its grade"
 
 
+@pytest.mark.slow
 def test_signalling_the_grader_kills_only_its_own_kernel(graded_class):
     grade = graded_class["grades"]["iso_kill_parent"]
     assert graded_class["grades"].keys() == set(HONEST + ATTACKS)  # the run finished
     assert "the kernel died while running this cell (SIGKILL" in _cell_problems(grade)
 
 
+@pytest.mark.slow
 def test_reading_the_solved_twin_finds_nothing(graded_class):
     grade = graded_class["grades"]["iso_read_twin"]
     task = next(t for t in grade["tasks"] if t["name"] == "causal_mask")
@@ -165,6 +173,7 @@ def test_grader_refuses_without_a_sandbox(monkeypatch, capsys):
     assert "apt-get install -y bubblewrap" in err
 
 
+@pytest.mark.slow
 def test_no_sandbox_says_so_on_every_line(monkeypatch):
     monkeypatch.setattr(isolation, "bwrap", lambda: None)  # not needed, not used
     status, text = _cli(["grade", str(SOLVED), "--no-sandbox"])

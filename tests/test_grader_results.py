@@ -138,6 +138,7 @@ def test_gradebook_merges_result_folders_with_a_student_column(tmp_path):
     assert "2 submissions, 2 graded; 1 other files skipped" in out.getvalue()
 
 
+@pytest.mark.slow
 def test_a_killed_run_loses_nothing_and_resume_finishes_it(tmp_path):
     klass, out = tmp_path / "class", tmp_path / "out"
     klass.mkdir()

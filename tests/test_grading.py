@@ -53,6 +53,7 @@ def _cli(argv):
     return status, out.getvalue()
 
 
+@pytest.mark.slow
 def test_solved_notebook_scores_full_marks(solved_run):
     status, table = solved_run
     assert status == 0, table
@@ -67,6 +68,7 @@ def test_solved_notebook_scores_full_marks(solved_run):
     assert "cells that failed" not in table
 
 
+@pytest.mark.slow
 def test_unsolved_notebook_scores_zero_with_not_implemented_reasons(unsolved_run):
     status, text = unsolved_run
     assert status == 1
@@ -80,6 +82,7 @@ def test_unsolved_notebook_scores_zero_with_not_implemented_reasons(unsolved_run
     assert document["cell_problems"] == []  # the stubs run; only the checks fail
 
 
+@pytest.mark.slow
 def test_broken_notebook_is_graded_with_the_right_reasons(broken_grade):
     by_name = {t.name: t for t in broken_grade.tasks}
     assert list(by_name) == TASKS
@@ -114,6 +117,7 @@ def test_broken_notebook_is_graded_with_the_right_reasons(broken_grade):
     assert [p["status"] for p in problems] == ["timeout", "error"]
 
 
+@pytest.mark.slow
 def test_table_and_json_agree(broken_grade):
     table = broken_grade.table()
     document = json.loads(json.dumps(broken_grade.to_dict()))
@@ -127,6 +131,7 @@ def test_table_and_json_agree(broken_grade):
     assert "(endless-loop): ran over the time limit" in table
 
 
+@pytest.mark.slow
 def test_missing_solution_cell_and_reference_import(tmp_path):
     nb = nbformat.read(UNSOLVED, as_version=4)
     # delete the cell that defines merge_heads; import the reference split_heads instead
@@ -161,6 +166,7 @@ def test_tasks_fall_back_to_the_check_cells_without_metadata():
     assert found[3]["question"] == "06.parameter_count"
 
 
+@pytest.mark.slow
 def test_unreadable_submission_exits_2(tmp_path, capsys):
     path = tmp_path / "not_a_notebook.ipynb"
     path.write_text("{ this is not json")
@@ -168,6 +174,7 @@ def test_unreadable_submission_exits_2(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_notebook_without_tasks_exits_2(tmp_path, capsys):
     path = tmp_path / "empty.ipynb"
     nbformat.write(nbformat.v4.new_notebook(), path)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -36,17 +34,9 @@ def test_sentence_starters_counts_words_after_a_full_stop():
     assert sentence_starters(text, 2) == ["The", "If"]
 
 
-def test_small_run_writes_the_greedy_texts(tmp_path):
+def test_small_run_writes_the_greedy_texts(tmp_path, run_script):
     out = tmp_path / "loops.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    args = ["--prompts", "2", "--tokens", "30", "--out", str(out)]
-    subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "greedy_loops.py"), *args],
-        check=True,
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-    )
+    run_script("greedy_loops.py", "--prompts", "2", "--tokens", "30", "--out", str(out))
     result = json.loads(out.read_text())
     rows = result["results"]
     assert [row["prompt"] for row in rows] == ["The ", "If "]

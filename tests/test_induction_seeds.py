@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_short_run_writes_the_fields_the_chapter_reads(tmp_path):
+def test_short_run_writes_the_fields_the_chapter_reads(tmp_path, run_script):
     out = tmp_path / "seeds.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    script = str(ROOT / "scripts" / "induction_seeds.py")
-    args = [sys.executable, script, "--steps", "20", "--out", str(out)]
-    subprocess.run(args, check=True, env=env, cwd=ROOT, capture_output=True)
+    run_script("induction_seeds.py", "--steps", "20", "--out", str(out))
     result = json.loads(out.read_text())
     runs = result["runs"]
+    # the threads each run had (read after seeding: seed_everything alone sets one thread)
     assert [(r["seed"], r["threads"]) for r in runs] == [(0, 1), (1, 1), (2, 1), (0, 2)]
     for r in runs:
         assert len(r["curve"]) == 20 // result["every"] + 1  # steps 0, 10, 20

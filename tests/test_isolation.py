@@ -97,6 +97,7 @@ HONEST = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", HONEST)
 def test_proxies_grade_like_the_checker_in_process(name, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
@@ -159,6 +160,7 @@ def evil_objects(tmp_path_factory):
     return grade, [line.split() for line in lines if line]
 
 
+@pytest.mark.slow
 def test_rebinding_the_checkers_and_the_report_earns_nothing(patched_checkers):
     grade = patched_checkers
     cell = next(c for c in grade.cells if c.id == "cheat-patch-checkers")
@@ -173,6 +175,7 @@ def test_rebinding_the_checkers_and_the_report_earns_nothing(patched_checkers):
         ), task.reason
 
 
+@pytest.mark.slow
 def test_patching_torch_comparisons_earns_nothing(patched_torch):
     tasks = _by_name(patched_torch)
     sdpa = tasks["scaled_dot_product_attention"]
@@ -184,6 +187,7 @@ def test_patching_torch_comparisons_earns_nothing(patched_torch):
     assert "(1, 1)" in tasks["predicted_variances"].reason
 
 
+@pytest.mark.slow
 def test_forged_grader_lines_and_replies_earn_nothing(forged_output):
     grade = forged_output
     assert grade.score == 0, grade.table()
@@ -193,6 +197,7 @@ def test_forged_grader_lines_and_replies_earn_nothing(forged_output):
         assert not task.passed and task.reason, task
 
 
+@pytest.mark.slow
 def test_a_candidate_cannot_reach_the_checker_or_the_reference_output(reach_grader):
     tasks = _by_name(reach_grader)
     sdpa = tasks["scaled_dot_product_attention"]
@@ -206,6 +211,7 @@ def test_a_candidate_cannot_reach_the_checker_or_the_reference_output(reach_grad
     assert tasks["which_bug"].passed and tasks["predicted_variances"].passed
 
 
+@pytest.mark.slow
 def test_objects_that_would_run_code_in_the_grader_are_failed_cases(evil_objects):
     grade, log = evil_objects
     tasks = _by_name(grade)
@@ -220,6 +226,7 @@ def test_objects_that_would_run_code_in_the_grader_are_failed_cases(evil_objects
     assert all(pid != str(os.getpid()) for _, pid in log), log
 
 
+@pytest.mark.slow
 def test_breaking_the_graders_probe_is_named_and_scores_nothing():
     grade = _grade(_fixture("cheat_break_probe"))  # the solved notebook, probe broken
     assert grade.score == 0
@@ -230,6 +237,7 @@ def test_breaking_the_graders_probe_is_named_and_scores_nothing():
 # ---------------------------------------------------------------- time limits
 
 
+@pytest.mark.slow
 def test_a_call_over_its_limit_is_interrupted_and_a_deaf_kernel_named(tmp_path):
     """Task 1 loops (interrupted, graded as a time-out); task 2 ignores the interrupt
     (the kernel does not come back: named); task 3 is graded on a fresh kernel."""

@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_small_run_counts_bytes_as_the_formula_says(tmp_path):
+def test_small_run_counts_bytes_as_the_formula_says(tmp_path, run_script):
     out = tmp_path / "gen.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    args = ["--tokens", "96", "--every", "16", "--window", "32", "--out", str(out)]
-    subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "kv_cache_generation.py"), *args],
-        check=True,
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-    )
+    args = [
+        "--tokens",
+        "96",
+        "--every",
+        "16",
+        "--window",
+        "32",
+        "--threads",
+        "2",
+        "--out",
+        str(out),
+    ]
+    run_script("kv_cache_generation.py", *args)
     result = json.loads(out.read_text())
+    # --threads holds through the seeding (seed_everything alone sets the chapters' one thread)
+    assert result["machine"]["threads"] == 2
     cfg = result["config"]
     # float32 keys and values: 2 tensors * layers * Hkv heads * Dh numbers * 4 bytes
     per_token = (

@@ -4,9 +4,6 @@ and the committed results the chapter loads."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
@@ -33,6 +30,7 @@ def _check_results(data: dict) -> None:
             # the mean over the first L positions of the 4L windows is the loss at L
             # only on different windows; but both are finite, positive losses
             assert all(0 < v < 20 for v in r["loss_at"].values())
+            assert 0 < r["train_loss_last_step"] < 20 and r["train_seconds"] > 0
 
 
 def _check_weights(path: Path, vocab_size: int) -> None:
@@ -44,22 +42,9 @@ def _check_weights(path: Path, vocab_size: int) -> None:
         model.load_state_dict({k: v.float() for k, v in state.items()})
 
 
-def _run_script(*args: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "position_study.py"), "--no-progress", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-
-
-def test_quick_study_writes_what_the_chapter_reads(tmp_path):
+def test_quick_study_writes_what_the_chapter_reads(tmp_path, run_script):
     out = tmp_path / "study.json"
-    _run_script("--quick", "--out", str(out))
+    run_script("position_study.py", "--no-progress", "--quick", "--out", str(out))
     data = json.loads(out.read_text())
     assert data["config"]["steps"] == 3
     _check_results(data)
@@ -70,13 +55,14 @@ def test_quick_study_writes_what_the_chapter_reads(tmp_path):
     before_weights = torch.load(out.with_suffix(".pt"), weights_only=True)["state_dicts"]
     before["results"]["rope"][0]["loss_at"]["16"] = 99.0  # a marker the rerun must replace
     out.write_text(json.dumps(before, indent=1) + "\n")
-    _run_script("--quick", "--only", "rope", "--reason", "test", "--out", str(out))
+    args = ("--quick", "--only", "rope", "--reason", "test", "--out", str(out))
+    run_script("position_study.py", "--no-progress", *args)
     after = json.loads(out.read_text())
     _check_results(after)
     assert after["results"]["rope"][0]["loss_at"]["16"] < 20
     assert after["reruns"][0]["pos"] == "rope" and after["reruns"][0]["reason"] == "test"
     assert after["reruns"][0]["replaced"][0]["loss_at"]["16"] == 99.0
-    assert after["total_seconds"] == before["total_seconds"]
+    assert after["seconds"] == before["seconds"]  # the whole study's time, not the rerun's
     for pos in POSITIONS:
         if pos != "rope":
             assert after["results"][pos] == before["results"][pos]

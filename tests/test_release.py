@@ -207,9 +207,10 @@ def test_nbgrader_metadata(solution):
         assert {task["solution_cell"], task["check_cell"]} <= set(grade_ids)
 
 
-def test_check_names_a_stale_released_task_list(tmp_path, monkeypatch):
+def test_check_names_a_stale_released_task_list(tmp_path):
     """`release --check` fails when exercise_tasks.json no longer matches a solved twin."""
     import json
+    import shutil
 
     from attention_course.grading import release as release_module
 
@@ -217,11 +218,41 @@ def test_check_names_a_stale_released_task_list(tmp_path, monkeypatch):
     released = json.loads(release_module.tasks_path().read_text(encoding="utf-8"))
     assert release_module.release(solution, check=True, execute=False) == []
 
+    # a copy of the repository's layout whose task list is stale
+    (tmp_path / "exercises" / "solutions").mkdir(parents=True)
+    (tmp_path / "attention_course").mkdir()
+    (tmp_path / "attention_course" / "__init__.py").write_text("")
+    copy = tmp_path / "exercises" / "solutions" / solution.name
+    shutil.copy(solution, copy)
+    shutil.copy(solution.parent.parent / solution.name, tmp_path / "exercises" / solution.name)
+    shutil.copy(release_module.given_path(), tmp_path / "attention_course")
     stale = dict(released)
     stale[solution.stem] = [dict(t, points=t["points"] + 1) for t in released[solution.stem]]
-    fake = tmp_path / "exercise_tasks.json"
-    fake.write_text(json.dumps(stale), encoding="utf-8")
-    monkeypatch.setattr(release_module, "tasks_path", lambda: fake)
-    assert release_module.release(solution, check=True, execute=False) == [
-        release_module.TASKS_NOTE
-    ]
+    (tmp_path / "attention_course" / "exercise_tasks.json").write_text(
+        json.dumps(stale), encoding="utf-8"
+    )
+    assert release_module.release(copy, check=True, execute=False) == [release_module.TASKS_NOTE]
+
+
+def test_release_writes_the_repositorys_records_not_the_installed_packages(tmp_path):
+    """An authoring command acts on the repository that holds the solved twin."""
+    import json
+    import shutil
+
+    from attention_course.grading import release as release_module
+
+    solution = SOLUTIONS[3]
+    installed = release_module.tasks_path().read_bytes()
+    (tmp_path / "exercises" / "solutions").mkdir(parents=True)
+    copy = tmp_path / "exercises" / "solutions" / solution.name
+    shutil.copy(solution, copy)
+    with pytest.raises(release_module.ReleaseError, match="repository's attention_course/"):
+        release_module.release(copy, execute=False)
+    (tmp_path / "attention_course").mkdir()
+    (tmp_path / "attention_course" / "__init__.py").write_text("")
+    release_module.release(copy, execute=False)
+    written = json.loads((tmp_path / "attention_course" / "exercise_tasks.json").read_text())
+    assert list(written) == [solution.stem]
+    assert (tmp_path / "attention_course" / "exercise_given.json").exists()
+    assert (tmp_path / "exercises" / solution.name).exists()  # the student copy
+    assert release_module.tasks_path().read_bytes() == installed

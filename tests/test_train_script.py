@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
@@ -14,19 +11,10 @@ from attention_course import GPT, generate, load_gpt_checkpoint
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_train_script_writes_a_loadable_checkpoint(tmp_path):
+def test_train_script_writes_a_loadable_checkpoint(tmp_path, run_script):
     out = tmp_path / "gpt.pt"
     args = ["--steps", "3", "--d-model", "32", "--num-layers", "1", "--context", "32"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "train_gpt.py"), *args, "--out", str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_script("train_gpt.py", *args, "--out", str(out), timeout=120)
     assert "held-out loss" in result.stdout
     assert out.stat().st_size < 5_000_000
     model = load_gpt_checkpoint(out)

@@ -31,6 +31,10 @@ by accident: one head (H = 1), one position (T = 1, S = 1, size 1), a round
 trip such as ``merge_heads(split_heads(x))``, a size-1 table, a check of
 attribute names. So a ``merge_heads`` that crashes on every multi-head case
 scores 0.2, not 0.5. Each result carries its ``weight`` in ``to_dict()``.
+A *support* case (``Case(..., support=True)``), one that an answer doing no real work
+passes (a constant, the input unchanged, the answer transposed, a mask off by one, a
+device, an argument check), counts only when some other case passed: otherwise its
+weight is 0 and so is the score.
 
 **Coverage.** Every argument and mode of a target's contract is exercised by
 at least one case: each parameter with a default, training and eval mode,

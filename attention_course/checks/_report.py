@@ -18,7 +18,8 @@ FAIL_MARK = "✗"
 @dataclass(frozen=True)
 class CaseResult:
     """The outcome of one case of a checker: its name, pass/fail, what to fix, and its
-    weight in the score (1 for an ordinary case, less for a trivial one)."""
+    weight in the score (1 for an ordinary case, less for a trivial one, 0 for a support
+    case when no other case passed: see `Report.score`)."""
 
     name: str
     passed: bool
@@ -52,6 +53,15 @@ class Report:
 
         Each case counts with its ``weight``: trivial cases (H = 1, T = 1, a round
         trip) weigh less, so they cannot carry a broken implementation.
+
+        Partial credit rewards only real work: a *support* case, one that an answer doing
+        no real work passes (a constant, the input unchanged, the answer transposed, a mask
+        off by one; a device, an argument check, attribute names), has its weight set to 0
+        in the results by the runner (`_runner.without_unearned_support`) unless the
+        candidate also passed a case that is not a support case. So such an answer scores
+        exactly 0, while a solution right in the main cases and wrong in one extra feature
+        keeps the weight of every case it passes. ``tests/test_partial_credit.py`` checks
+        both.
         """
         total = sum(r.weight for r in self.results)
         if total <= 0:

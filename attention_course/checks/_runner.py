@@ -5,6 +5,20 @@ raises `CaseFailed` with a message for the student when it does not. The
 runner executes every case in a worker thread with a time limit, turns any
 exception into a failed case, and stops early with a single friendly case
 when the candidate still raises `NotImplementedError`.
+
+Partial credit (the scheme `Report.score` applies): a case counts with its ``weight``
+(1 ordinary, `TRIVIAL` for a size-1 or round-trip case). A *support* case
+(``Case(..., support=True)``) is one that a degenerate answer passes: a constant, the
+input returned unchanged, the right answer transposed, an off-by-one mask, or an answer
+whose values are never looked at (a size-1 input whose transpose is itself, a device
+given explicitly or the meta device, an argument that must raise ValueError, attribute
+names, causality alone). A support case runs and reports as any other, and it counts
+with its weight only when the candidate also passes at least one case that is not a
+support case; otherwise it counts 0, and so does the score. A solution right in the main
+cases and wrong in one extra feature (dropout, ``norm_first=True``, a mask argument, the
+device) keeps the weight of what it gets right; an answer that does no real work scores
+exactly 0. ``tests/test_partial_credit.py`` runs such answers (``tests/degenerate.py``)
+against every checker.
 """
 
 from __future__ import annotations
@@ -27,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._data import case_seed, drawing_from
+from ._policy import policy_problem
 from ._report import CaseResult, Report
 
 NOT_IMPLEMENTED_MESSAGE = "not implemented yet: replace `raise NotImplementedError` with your code"
@@ -51,7 +66,8 @@ class _TimedOut(BaseException):
 
 TRIVIAL = 0.25
 """The weight of a trivial case (H = 1, T = 1, a round trip, a size-1 input): such a case
-passes for many broken implementations, so it must not carry the score."""
+passes for many broken implementations, so it must not carry the score. One that an answer
+doing no real work passes is also a support case (``Case(..., support=True)``)."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +75,10 @@ class Case:
     """One named case of a checker; ``run()`` raises `CaseFailed` on failure.
 
     ``weight`` is the case's share of the score (1 for an ordinary case, `TRIVIAL`
-    for one that a broken implementation passes by accident). ``covers`` names the
+    for one that a broken implementation passes by accident). ``support`` marks a case that
+    a degenerate answer passes (a constant, the input unchanged, the answer transposed, an
+    off-by-one mask; a device, an argument check, attribute names): it counts only beside
+    a passed case that is not a support case (see the module's docstring). ``covers`` names the
     arguments and modes of the target that the case sets away from their defaults
     (e.g. ``"dropout"``, ``"mode=train"``, ``"norm_first=True"``); a test checks that
     the cases of each checker together cover the whole contract.
@@ -69,6 +88,7 @@ class Case:
     run: Callable[[], object]
     weight: float = 1.0
     covers: frozenset[str] = frozenset()
+    support: bool = False
 
 
 # ---------------------------------------------------------------- student code
@@ -546,6 +566,20 @@ def run_cases(target: str, cases: Sequence[Case], timeout: float) -> Report:
                         case.weight,
                     )
                 )
+    return without_unearned_support(report, cases)
+
+
+def without_unearned_support(report: Report, cases: Sequence[Case]) -> Report:
+    """``report``, where the support cases weigh 0 unless a case that is not a support case
+    passed: an answer that passes only what a degenerate answer passes scores 0. The
+    results keep their messages; only their weights change."""
+    support = {case.name for case in cases if case.support}
+    earned = any(r.passed and r.name not in support for r in report.results)
+    if earned or not support:
+        return report
+    report.results = [
+        dataclasses.replace(r, weight=0.0) if r.name in support else r for r in report.results
+    ]
     return report
 
 
@@ -559,6 +593,7 @@ def checker(
     class_name: str | None = None,
     *,
     answer_builtins: Sequence[str] = (),
+    forbid: bool = True,
     chapter: str | None = None,
 ):
     """Turn ``cases(candidate) -> list[Case]`` into
@@ -575,8 +610,11 @@ def checker(
 
     ``answer_builtins`` names, by their full dotted paths, the PyTorch built-ins that *are*
     the answer to the task (``"torch.nn.functional.layer_norm"``, ``"torch.nn.LayerNorm"``):
-    the grader flags a solution that calls one (`attention_course.grading.cheats`). List only a
-    built-in that does the whole task, not one a solution may use as a step.
+    the task's policy (`attention_course.checks._policy`) forbids them: the check cell, in a
+    notebook, and the grader give 0 to a solution that uses one, with the same message.
+    ``forbid=False`` makes them notes for the instructor only (the statement does not
+    forbid them). List only a built-in that does the whole task, not one a solution may
+    use as a step.
     ``chapter`` names the book chapter that teaches the target (``"07_layernorm"``), for
     the tiered hints of `Report.hint`. Both are kept as attributes of the checker.
     """
@@ -590,6 +628,9 @@ def checker(
                 need = "is an nn.Module class"
             if problem:
                 return single_failure(target, need, problem)
+            broken = policy_problem(candidate, target, check.answer_builtins if forbid else ())
+            if broken:
+                return single_failure(target, "follows the task's rules", broken)
             with drawing_from(seed):
                 return run_cases(target, cases(candidate), timeout)
 
@@ -598,6 +639,7 @@ def checker(
         check.__module__ = cases.__module__
         check.target = target
         check.answer_builtins = tuple(answer_builtins)
+        check.forbid = forbid
         check.chapter = chapter
         return check
 

@@ -543,5 +543,6 @@ def check_generate(candidate) -> list[Case]:
             "max_new_tokens = 0 returns the prompt",
             _generate_case(candidate, B=2, T0=3, n=0, temperature=0.0),
             weight=TRIVIAL,
+            support=True,
         ),
     ]

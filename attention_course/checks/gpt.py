@@ -639,6 +639,7 @@ def check_causal_self_attention(candidate) -> list[Case]:
             "causality: later tokens do not change earlier outputs",
             _causality_case(candidate, _init(8, 2)),
             covers=frozenset({"causality"}),
+            support=True,
         ),
         Case(
             "dropout=0.2 is off in eval mode",

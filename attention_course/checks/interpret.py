@@ -245,12 +245,14 @@ def check_attention_rollout(candidate) -> list[Case]:
             ),
             weight=TRIVIAL,
             covers=frozenset({"L>1", "identity"}),
+            support=True,
         ),
         Case(
             "T=1: a single token",
             _compare_case(candidate, lambda: [torch.ones(2, 2, 1, 1, dtype=torch.float64)] * 2),
             weight=TRIVIAL,
             covers=frozenset({"T=1", "B>1"}),
+            support=True,
         ),
     ]
 
@@ -465,6 +467,7 @@ def check_induction_scores(candidate) -> list[Case]:
             "a perfect induction head scores 1; B=2, H=3, T=12, period=5",
             _induction_case(candidate, "perfect", 2, 3, 12, 5),
             covers=frozenset({"B>1", "perfect"}),
+            support=True,
         ),
         Case(
             "uniform causal weights, T=16, period=8",
@@ -639,7 +642,18 @@ def _permute_heads(model, layer: int, order: list[int]):
     return model
 
 
+_ROLLED = " (heads rolled)"
+"""A variant's name with this suffix: the same model with the heads of every layer
+renumbered, new head k = old head k + 1 (mod H): the same function, the best head moved."""
+
+
 def _variant(name: str):
+    if name.endswith(_ROLLED):
+        model = _variant(name.removesuffix(_ROLLED))
+        H = model.num_heads
+        for layer in range(model.num_layers):
+            _permute_heads(model, layer, [(k + 1) % H for k in range(H)])
+        return model
     model = _trained()
     if name == "permuted":
         _permute_heads(model, 1, [2, 3, 0, 1])
@@ -849,60 +863,83 @@ def _find_case(candidate, variant: str, period: int):
     return run
 
 
+def _find_pair_case(candidate, variant: str, period: int):
+    """`_find_case` on ``variant``, then on its twin with the heads of every layer renumbered
+    (`_ROLLED`): the best head moves, so no fixed (layer, head) passes both (issue #27:
+    a memorised answer earns no credit)."""
+    first, twin = (
+        _find_case(candidate, variant, period),
+        _find_case(candidate, variant + _ROLLED, period),
+    )
+
+    def run():
+        first()
+        try:
+            twin()
+        except CaseFailed as failure:
+            raise CaseFailed(
+                "on the same model with the heads of every layer renumbered (new head k is "
+                f"old head k + 1, the same function): {failure}"
+            ) from None
+
+    return run
+
+
 @checker("find_induction_head")
 def check_find_induction_head(candidate) -> list[Case]:
     """Check ``find_induction_head(model, ids, period) -> (layer, head)`` on chapter 17's
     trained attention-only model (shipped with the package), grown by an idle layer in two
-    cases: the 0-based head with the highest induction score."""
+    cases: the 0-based head with the highest induction score. Each case also asks again on
+    the same model with its heads renumbered, so no fixed answer passes a case."""
     _trained()  # reads the file once per process (outside the cases' time limit)
     return [
         Case(
             "chapter 17's trained model, period 16",
-            _find_case(candidate, "trained", _PERIOD),
+            _find_pair_case(candidate, "trained", _PERIOD),
             covers=frozenset({"trained"}),
         ),
         Case(
             "the same model with its heads renumbered",
-            _find_case(candidate, "permuted", _PERIOD),
+            _find_pair_case(candidate, "permuted", _PERIOD),
             covers=frozenset({"permuted"}),
         ),
         Case(
             "another period (12)",
-            _find_case(candidate, "trained", 12),
+            _find_pair_case(candidate, "trained", 12),
             covers=frozenset({"period"}),
         ),
         Case(
             "the shortest period of training (10)",
-            _find_case(candidate, "trained", 10),
+            _find_pair_case(candidate, "trained", 10),
             covers=frozenset({"period"}),
         ),
         Case(
             "the longest period of training (20), heads renumbered",
-            _find_case(candidate, "permuted", 20),
+            _find_pair_case(candidate, "permuted", 20),
             covers=frozenset({"period", "permuted"}),
         ),
         Case(
             "the same model with a third layer that writes nothing, appended: the best head "
             "is not in the last layer",
-            _find_case(candidate, "idle layer at the end", _PERIOD),
+            _find_pair_case(candidate, "idle layer at the end", _PERIOD),
             covers=frozenset({"best head not in the last layer"}),
         ),
         Case(
             "the same model with a first layer that attends uniformly and writes nothing: "
             "the best head is in layer 2 of 3",
-            _find_case(candidate, "idle layer at the start", _PERIOD),
+            _find_pair_case(candidate, "idle layer at the start", _PERIOD),
             covers=frozenset({"best head not in layer 1"}),
         ),
         Case(
             "the same model with an idle middle layer of four copies of layer 1's "
             "second-best head: the layer with the best mean score does not hold the best head",
-            _find_case(candidate, "best head outside the best-mean layer", _PERIOD),
+            _find_pair_case(candidate, "best head outside the best-mean layer", _PERIOD),
             covers=frozenset({"best head not in the best-mean layer"}),
         ),
         Case(
             "the same model with 8 heads per layer (twice as wide, every head duplicated: "
             "the same function)",
-            _find_case(candidate, "8 heads", _PERIOD),
+            _find_pair_case(candidate, "8 heads", _PERIOD),
             covers=frozenset({"H != 4"}),
         ),
     ]

@@ -210,6 +210,7 @@ def check_repeat_kv(candidate) -> list[Case]:
             "n_rep=1: the heads unchanged, and the gradient still reaches x",
             _repeat_case(candidate, (2, 4, 3, 2), 1, seed=4, grad=True),
             covers=frozenset({"n_rep=1", "n_rep=1 x grad", "grad"}),
+            support=True,
         ),
         Case(
             "S=1 (one cached position), Hkv=2, n_rep=2",
@@ -414,23 +415,26 @@ def check_sliding_window_mask(candidate) -> list[Case]:
     """Check ``sliding_window_mask(size, window, device=None) -> bool (size, size)``: True
     where ``0 <= i - j < window``."""
     return [
-        Case("size 1, window 1", _window_case(candidate, 1, 1), weight=TRIVIAL),
+        Case("size 1, window 1", _window_case(candidate, 1, 1), weight=TRIVIAL, support=True),
         Case("size 6, window 3", _window_case(candidate, 6, 3)),
         Case("size 7, window 2", _window_case(candidate, 7, 2)),
         Case(
             "size 5, window 1: each token sees only itself",
             _window_case(candidate, 5, 1),
             covers=frozenset({"window=1"}),
+            support=True,
         ),
         Case(
             "size 5, window 5: the causal mask",
             _window_case(candidate, 5, 5),
             covers=frozenset({"window>=size"}),
+            support=True,
         ),
         Case(
             "size 4, window 9 (wider than the sequence): the causal mask",
             _window_case(candidate, 4, 9),
             covers=frozenset({"window>=size"}),
+            support=True,
         ),
         Case(
             "device='cpu' given explicitly",
@@ -441,10 +445,12 @@ def check_sliding_window_mask(candidate) -> list[Case]:
             "device argument on the 'meta' device",
             _window_meta_case(candidate, 6, 3),
             covers=frozenset({"device", "device=meta"}),
+            support=True,
         ),
         Case(
             "window < 1 raises ValueError naming window",
             _bad_window_case(candidate),
             covers=frozenset({"bad window"}),
+            support=True,
         ),
     ]

@@ -117,12 +117,17 @@ def _causal_meta_case(candidate, size: int):
     return run
 
 
-@checker("causal_mask", answer_builtins=("torch.nn.Transformer.generate_square_subsequent_mask",))
+@checker(
+    "causal_mask",
+    # the statement does not forbid it: a note for the instructor, not a zero
+    answer_builtins=("torch.nn.Transformer.generate_square_subsequent_mask",),
+    forbid=False,
+)
 def check_causal_mask(candidate) -> list[Case]:
     """Check ``causal_mask(size, device=None) -> bool (size, size)``, True on and below
     the diagonal."""
     return [
-        Case("size 1", _causal_case(candidate, 1), weight=TRIVIAL),
+        Case("size 1", _causal_case(candidate, 1), weight=TRIVIAL, support=True),
         Case("size 2", _causal_case(candidate, 2), weight=TRIVIAL),
         Case("size 5", _causal_case(candidate, 5)),
         Case("size 8", _causal_case(candidate, 8)),
@@ -135,6 +140,7 @@ def check_causal_mask(candidate) -> list[Case]:
             "device argument on the 'meta' device",
             _causal_meta_case(candidate, 6),
             covers=frozenset({"device", "device=meta"}),
+            support=True,
         ),
     ]
 
@@ -290,7 +296,9 @@ def check_padding_mask(candidate) -> list[Case]:
             _padding_case(candidate, [0, 2], 3),
             covers=frozenset({"max_len"}),
         ),
-        Case("no padding at all", _padding_case(candidate, [3, 3], 3), weight=TRIVIAL),
+        Case(
+            "no padding at all", _padding_case(candidate, [3, 3], 3), weight=TRIVIAL, support=True
+        ),
         Case("a single sequence", _padding_case(candidate, [4], 6), weight=TRIVIAL),
         Case(
             "lengths as a Python list [2, 4, 1]",
@@ -306,5 +314,6 @@ def check_padding_mask(candidate) -> list[Case]:
             "the mask goes on the device of `lengths` (meta device)",
             _padding_meta_case(candidate, 5),
             covers=frozenset({"max_len", "device=meta"}),
+            support=True,
         ),
     ]

@@ -304,6 +304,7 @@ def check_rms_norm(candidate) -> list[Case]:
             "parameters: `weight` shaped like normalized_shape, no bias",
             _rms_norm_state(candidate, {"normalized_shape": (3, 8)}, ("weight",)),
             weight=TRIVIAL,
+            support=True,
         ),
         Case(
             "(B, T, D) input with a non-zero mean, normalized_shape=D (an int), eps=None",
@@ -515,6 +516,7 @@ def check_swiglu(candidate) -> list[Case]:
             "w1, w3 (D -> F) and w2 (F -> D) are bias-free nn.Linear",
             _swiglu_state(candidate),
             weight=TRIVIAL,
+            support=True,
         ),
         Case(
             "(B, T, D) input, d_model=8, d_ff=12",

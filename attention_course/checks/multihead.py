@@ -417,7 +417,12 @@ def check_multi_head_attention(candidate) -> list[Case]:
     base = {"d_model": 8, "num_heads": 2}
     cross = {"d_model": 8, "num_heads": 2, "kdim": 5, "vdim": 7}
     return [
-        Case("attributes num_heads and d_head", _mha_attributes(candidate), weight=TRIVIAL),
+        Case(
+            "attributes num_heads and d_head",
+            _mha_attributes(candidate),
+            weight=TRIVIAL,
+            support=True,
+        ),
         Case(
             "self-attention, d_model=8, H=2",
             _mha_case(candidate, base, ((B, T, T), 8, 8)),

@@ -187,6 +187,7 @@ def check_layer_norm(candidate) -> list[Case]:
             "parameters shaped like normalized_shape",
             _layer_norm_state(candidate),
             weight=TRIVIAL,
+            support=True,
         ),
         Case(
             "(B, T, D) input, normalized_shape=D (an int)",
@@ -617,6 +618,7 @@ def check_batch_norm(candidate) -> list[Case]:
             "running statistics stay out of the autograd graph",
             _batch_norm_graph(candidate),
             covers=frozenset({"grad", "mode=train"}),
+            support=True,
         ),
     ]
     return without_builtin(cases, "batch_norm", "BatchNorm1d")

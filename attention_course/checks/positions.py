@@ -352,6 +352,7 @@ def check_apply_rope(candidate) -> list[Case]:
             _rope_case(candidate, (2, 1, 6), seed=6),
             weight=TRIVIAL,
             covers=frozenset({"T=1"}),
+            support=True,
         ),
         Case(
             "long positions (up to 1000) with base=500.0",
@@ -366,6 +367,7 @@ def check_apply_rope(candidate) -> list[Case]:
             _odd_case(candidate),
             weight=_SOLE,
             covers=frozenset({"odd Dh"}),
+            support=True,
         ),
         Case(
             "gradients flow to x", _grad_case(candidate), weight=_SOLE, covers=frozenset({"grad"})

@@ -473,27 +473,32 @@ def check_filter_logits(candidate) -> list[Case]:
             _compare_case(candidate, _scaled(2, 8, seed=6), top_k=8),
             weight=TRIVIAL,
             covers=frozenset({"top_k", "top_k>=V"}),
+            support=True,
         ),
         Case(
             "top_k=20 > V=8 keeps every token",
             _compare_case(candidate, _scaled(2, 8, seed=7), top_k=20, error_hint=_CLAMP_HINT),
             weight=TRIVIAL,
             covers=frozenset({"top_k", "top_k>=V"}),
+            support=True,
         ),
         Case(
             "top_p=1.0 keeps every token",
             _compare_case(candidate, _summing_to_one(3, 7, seed=8), top_p=1.0),
             weight=TRIVIAL,
             covers=frozenset({"top_p", "top_p=1"}),
+            support=True,
         ),
         Case(
             "top_k < 1 raises ValueError naming top_k",
             _value_error_case(candidate, "top_k", (0, -3)),
             covers=frozenset({"top_k", "bad top_k"}),
+            support=True,
         ),
         Case(
             "top_p outside (0, 1] raises ValueError naming top_p",
             _value_error_case(candidate, "top_p", (0.0, 1.5, -0.1)),
             covers=frozenset({"top_p", "bad top_p"}),
+            support=True,
         ),
     ]

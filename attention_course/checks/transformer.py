@@ -402,6 +402,7 @@ def check_encoder_layer(candidate) -> list[Case]:
             "attributes (self_attn, ffn, norm1, norm2, norm_first)",
             _attributes_case(candidate, ref.EncoderLayer, _ENCODER_ATTRIBUTES, pre),
             weight=TRIVIAL,
+            support=True,
         ),
         Case(
             "post-norm (norm_first=False)",
@@ -749,6 +750,7 @@ def check_decoder_layer(candidate) -> list[Case]:
             "attributes (self_attn, cross_attn, ffn, norm1..3, norm_first)",
             _attributes_case(candidate, ref.DecoderLayer, _DECODER_ATTRIBUTES, pre),
             weight=TRIVIAL,
+            support=True,
         ),
         *_post_and_pre(
             ("post-norm, causal tgt_mask, T != S", "pre-norm, causal tgt_mask, T != S"),

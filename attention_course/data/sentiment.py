@@ -1,14 +1,14 @@
 """A synthetic sentiment task: short "reviews" made of positive, negative and neutral words.
 
-The lecture trains its Transformer classifier on IMDB reviews; nothing is
-downloaded here, so we generate sentences in memory instead. Each sentence has
-one or more *sentiment phrases* hidden among neutral filler words. A phrase is
-either a sentiment word that agrees with the label ("great" in a positive
-review) or, with negation on, a negator followed by a word of the **opposite**
-polarity ("not bad" in a positive review). All phrases of a sentence agree, so
-the label is never ambiguous. Because negated phrases use the opposite word,
-neither "not" nor a single sentiment word decides the label alone: the model has
-to read words in context, which is what self-attention is for.
+The source notes (see the book's introduction) train their Transformer classifier
+on IMDB reviews; the course downloads nothing, so we generate sentences in memory
+instead. Each sentence has one or more *sentiment phrases* hidden among neutral
+filler words. A phrase is either a sentiment word that agrees with the label
+("great" in a positive review) or, with negation on, a negator followed by a word
+of the **opposite** polarity ("not bad" in a positive review). All phrases of a
+sentence agree, so the label is never ambiguous. Because negated phrases use the
+opposite word, neither "not" nor a single sentiment word decides the label alone:
+the model has to read words in context, which is what self-attention is for.
 
 Token ids: ``PAD = 0``, then the words of :data:`VOCAB`. Sentences are padded
 on the right with ``PAD``; labels are ``0`` (negative) and ``1`` (positive).

@@ -309,6 +309,16 @@ def tasks_to_grade(
     return key, tasks, [] if own == tasks else [EDITED_NOTE]
 
 
+def _policy(task: dict) -> dict:
+    """The task's policy record (`attention_course.checks._policy`), from its checker's
+    declaration: the same record the check cell enforces. A quiz has none."""
+    from ..checks import CHECKERS
+    from ..checks._policy import policy_record
+
+    checker = CHECKERS.get(str(task.get("checker", "")).removeprefix("check_"))
+    return policy_record(checker) if checker is not None else {}
+
+
 def _checker_names() -> set[str]:
     """The checkers' function names, for notebooks without task metadata."""
     from ..checks import REGISTRY
@@ -690,7 +700,7 @@ def grade_notebook(
 
         warming.join()
         for task, grade in zip(tasks, grades, strict=True):
-            task = {**task, "allowed": allowed_names(nb, task, given)}
+            task = {**task, "allowed": allowed_names(nb, task, given), **_policy(task)}
             try:
                 result = _grade_task(runner, task, check_timeout, seed)
             except KernelLost as error:
@@ -707,7 +717,9 @@ def grade_notebook(
                 runner.restart()  # a kernel lost in a check costs that task only
                 continue
             _fill(grade, task, "ok", "", result, nb, cell_index, runs)
-            _apply_findings(grade, findings.get(grade.id, []), result, allow_builtins)
+            _apply_findings(
+                grade, findings.get(grade.id, []), result, allow_builtins, task.get("forbidden")
+            )
             _blame_dead_cells(grade, needs.get(grade.id, set()), died, runs)
     finally:
         runner.stop()
@@ -773,10 +785,18 @@ def _fill(
 
 
 def _apply_findings(
-    grade: TaskGrade, findings: list, result: dict | None, allow_builtins: bool
+    grade: TaskGrade,
+    findings: list,
+    result: dict | None,
+    allow_builtins: bool,
+    forbidden: Sequence[str] | None = None,
 ) -> None:
     """Score 0 (or, for built-ins with ``allow_builtins``, a note) for code that is not
-    the student's own: the static findings, and what the dynamic watch saw called."""
+    the student's own: the static findings, and what the dynamic watch saw called.
+
+    ``forbidden`` is the task's policy record (`attention_course.checks._policy`): a
+    built-in the task's checker declares as its answer but the task does not forbid is a
+    note for the instructor, never a zero (None: every answer built-in is forbidden)."""
     from .cheats import ALWAYS_DENIED, INHERITS, REFERENCE, WATCH_OFF, Finding
 
     findings = list(findings)
@@ -791,9 +811,20 @@ def _apply_findings(
     if not findings:
         return
     grade.findings = [f.to_dict() for f in findings]
-    denied = [f for f in findings if not allow_builtins or f.kind in ALWAYS_DENIED]
+    allowed_builtin = [
+        f
+        for f in findings
+        if forbidden is not None and f.kind == "builtin" and f.what not in forbidden
+    ]
+    denied = [
+        f
+        for f in findings
+        if f not in allowed_builtin and (not allow_builtins or f.kind in ALWAYS_DENIED)
+    ]
     for finding in findings:
-        if finding not in denied:
+        if finding in allowed_builtin:
+            grade.notes.append(finding.message() + " (a note: the task does not forbid it)")
+        elif finding not in denied:
             grade.notes.append(finding.message() + " (allowed by --allow-builtins)")
     if denied:
         lost = grade.score

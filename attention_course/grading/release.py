@@ -17,7 +17,8 @@ fresh ``python3`` kernel so that the student copy is committed with the failing
 "not implemented yet" reports a student first sees.
 
 It also records each exercise's task list, as the solved twin declares it
-(``metadata.attention_course.tasks``), in the package's ``exercise_tasks.json`` under the
+(``metadata.attention_course.tasks``), in the repository's (:func:`repository_records`,
+never an installed package's) ``attention_course/exercise_tasks.json`` under the
 twin's file stem: the grader grades those tasks, never the list in a submission, which a
 student can edit (:func:`attention_course.grading.grade.tasks_to_grade`), and what the student
 copy gives in ``exercise_given.json`` (:func:`attention_course.grading.cheats.given_code`): the
@@ -223,6 +224,23 @@ def given_path() -> Path:
     return Path(__file__).resolve().parent.parent / "exercise_given.json"
 
 
+def repository_records(solution_path: Path) -> tuple[Path, Path]:
+    """The ``exercise_tasks.json`` and ``exercise_given.json`` that ``release`` writes: the
+    ones of the repository that holds ``solution_path`` (``REPO/exercises/solutions/NN.ipynb``
+    -> ``REPO/attention_course/``), never the installed package's, which the grader reads
+    (with an editable install they are the same files). An authoring command acts on the
+    repository; a package built from it carries the records."""
+    repository = solution_path.resolve().parent.parent.parent
+    package = repository / "attention_course"
+    if not (package / "__init__.py").is_file():
+        raise ReleaseError(
+            f"{solution_path}: release writes the task lists into the repository's "
+            f"attention_course/ folder, expected at {package} (a solved twin lives in "
+            "REPO/exercises/solutions/): run it on a clone of the course's repository"
+        )
+    return package / "exercise_tasks.json", package / "exercise_given.json"
+
+
 def _released(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
@@ -272,13 +290,14 @@ def release(
         nbformat.validate(solution)
         nbformat.write(solution, solution_path)
     tasks = declared_tasks(solution, solution_path)
+    tasks_file, given_file = repository_records(solution_path)
     student = make_student_notebook(solution)
     target = student_path(solution_path)
     if execute:
         execute_notebook(student, cwd=target.parent, timeout=timeout)
     if check:
-        stale = [] if recorded_tasks(solution_path.stem) == tasks else [TASKS_NOTE]
-        if released_given().get(solution_path.stem) != given_code(student):
+        stale = [] if _released(tasks_file).get(solution_path.stem) == tasks else [TASKS_NOTE]
+        if _released(given_file).get(solution_path.stem) != given_code(student):
             stale.append(GIVEN_NOTE)
         if not target.exists():
             return [f"{target} does not exist", *stale]
@@ -286,8 +305,8 @@ def release(
         return differences(student, committed, outputs=execute) + stale
     nbformat.validate(student)
     nbformat.write(student, target)
-    _record(tasks_path(), solution_path.stem, tasks)
-    _record(given_path(), solution_path.stem, given_code(student))
+    _record(tasks_file, solution_path.stem, tasks)
+    _record(given_file, solution_path.stem, given_code(student))
     return []
 
 

@@ -49,6 +49,7 @@ from importlib import resources
 
 from .checks import CaseResult, Report
 from .checks._answers import answer_name, is_number, kind, plain, show
+from .checks._data import drawing_from
 from .checks._runner import Case, CaseFailed, call_student, run_cases
 from .checks.quiz_computed import CASES
 
@@ -366,12 +367,16 @@ def load_questions() -> dict[str, Question]:
 QUESTIONS: dict[str, Question] = load_questions()
 
 
-def check_quiz(question_id: str, answer: Callable, *, timeout: float = 10.0) -> Report:
+def check_quiz(
+    question_id: str, answer: Callable, *, timeout: float = 10.0, seed: int = 0
+) -> Report:
     """Check the student's answer function for ``question_id``; return a Report.
 
     ``answer`` is the function whose return value is the answer (or, for a
     computed question, the function under test). It never raises because of the
     answer: a ``NotImplementedError`` gives the "not implemented yet" report.
+    ``seed`` is the run seed the inputs of a computed question are drawn from, as for
+    every checker (0: the check cell's inputs; the grader draws a fresh one per run).
     """
     question = QUESTIONS.get(question_id)
     target = f"quiz_{question_id.replace('.', '_')}"
@@ -393,5 +398,6 @@ def check_quiz(question_id: str, answer: Callable, *, timeout: float = 10.0) -> 
                 )
             ],
         )
-    cases = question.cases(answer) if question.cases else _fixed_cases(question, answer)
-    return run_cases(target, cases, timeout)
+    with drawing_from(seed):
+        cases = question.cases(answer) if question.cases else _fixed_cases(question, answer)
+        return run_cases(target, cases, timeout)

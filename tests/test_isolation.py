@@ -47,9 +47,10 @@ def _by_name(grade: grading.Grade) -> dict[str, grading.TaskGrade]:
 # ---------------------------------------------------------------- honest notebooks
 
 
-def _in_process_reports(path: Path) -> dict[str, dict]:
+def _in_process_reports(path: Path, seed: int = 0) -> dict[str, dict]:
     """Run the notebook's cells (not its check cells) in this process, then each task's
-    checker on the notebook's own objects: the reports the check cells show students."""
+    checker on the notebook's own objects, its inputs drawn from the run seed ``seed``:
+    with 0, the reports the check cells show students."""
     from attention_course import checks
     from attention_course.quiz import check_quiz
 
@@ -71,10 +72,12 @@ def _in_process_reports(path: Path) -> dict[str, dict]:
         for task in grading.find_tasks(nb):
             candidate = namespace[task["name"]]
             if task["kind"] == "quiz":
-                report = check_quiz(task["question"], candidate, timeout=grading.CHECK_TIMEOUT)
+                report = check_quiz(
+                    task["question"], candidate, timeout=grading.CHECK_TIMEOUT, seed=seed
+                )
             else:
                 checker = getattr(checks, task["checker"])
-                report = checker(candidate, timeout=grading.CHECK_TIMEOUT)
+                report = checker(candidate, timeout=grading.CHECK_TIMEOUT, seed=seed)
             reports[task["name"]] = report.to_dict()
         return reports
     finally:
@@ -100,7 +103,7 @@ def test_proxies_grade_like_the_checker_in_process(name, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     path = ROOT / "exercises" / f"{name}.ipynb"
     grade = _grade(path)
-    expected = _in_process_reports(path)
+    expected = _in_process_reports(path, grade.seed)  # the grader's run seed: its inputs
     assert [t.name for t in grade.tasks] == list(expected)
     for task in grade.tasks:
         assert task.report == expected[task.name], task.name

@@ -1,8 +1,8 @@
 """Exercise checkers: compare a student's implementation with the reference.
 
-Each ``check_<target>(candidate, *, timeout=10.0)`` runs the candidate (a
+Each ``check_<target>(candidate, *, timeout=10.0, seed=0)`` runs the candidate (a
 function, or a class that is built with the contract's arguments and given the
-reference's weights) on a fixed grid of random inputs and edge cases, compares
+reference's weights) on a grid of random inputs and edge cases, compares
 it with the reference in :mod:`attention_course`, and returns a
 :class:`Report`: ``print(report)`` shows a ✓/✗ list, Jupyter shows a table,
 ``report.passed`` / ``report.score`` / ``report.to_dict()`` serve a grader.
@@ -16,6 +16,12 @@ where the output matches a known mistake, which mistake it is::
     report = check_soft_argmax(my_soft_argmax)
     report            # the table in Jupyter
     report.assert_passed()
+
+**Inputs.** The random inputs are drawn from the run seed ``seed``
+(:mod:`attention_course.checks._data`): 0, the check cells' default, gives the same
+inputs on every run; the grader draws a fresh seed for each grading run and records it
+with each result, so outputs recorded for the check cell's inputs do not pass there.
+Inputs written out by hand are the same for every seed, and so is every verdict.
 
 **Scoring.** ``report.passed`` is True only when every case passes.
 ``report.score`` (between 0 and 1) is the *weighted* fraction of cases passed:

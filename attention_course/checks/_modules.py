@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from . import _data
 from ._compare import expect_grad
 from ._data import leaf
 from ._runner import CaseFailed, call_student
@@ -31,7 +32,7 @@ def randomize_(module: nn.Module, seed: int) -> nn.Module:
     Norm weights become ``1 + noise`` and biases small noise, so that mistakes
     such as swapping two norms or dropping a bias change the output.
     """
-    generator = torch.Generator().manual_seed(seed)
+    generator = _data.generator(seed)
     with torch.no_grad():
         for name, param in module.named_parameters():
             noise = torch.randn(param.shape, generator=generator, dtype=torch.float64)
@@ -129,7 +130,7 @@ def compare_param_grads(student: nn.Module, reference: nn.Module, what: str) -> 
 
 def backward_both(got: torch.Tensor, expected: torch.Tensor, seed: int = 123) -> None:
     """Backpropagate the same random upstream gradient through both outputs."""
-    generator = torch.Generator().manual_seed(seed)
+    generator = _data.generator(seed)
     upstream = torch.randn(expected.shape, generator=generator, dtype=torch.float64).to(
         expected.dtype
     )

@@ -24,6 +24,7 @@ against every checker.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
 import dataclasses
 import inspect
@@ -39,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._data import case_seed, drawing_from
 from ._policy import policy_problem
 from ._report import CaseResult, Report
 
@@ -470,7 +472,10 @@ def _run_in_thread(fn: Callable[[], object], timeout: float) -> tuple[str, objec
     cpu_start, wall_start = time.process_time(), time.monotonic()
     guard = _wall_guard(timeout)
     wall_only = getattr(_WALL_TIME_LIMITS, "on", False)
-    thread = threading.Thread(target=target, name="attention-course-check", daemon=True)
+    context = contextvars.copy_context()  # the run seed (`_data.drawing_from`) goes along
+    thread = threading.Thread(
+        target=lambda: context.run(target), name="attention-course-check", daemon=True
+    )
     thread.start()
     status = None
     while status is None:
@@ -490,12 +495,15 @@ def _run_in_thread(fn: Callable[[], object], timeout: float) -> tuple[str, objec
 
 
 def run_cases(target: str, cases: Sequence[Case], timeout: float) -> Report:
-    """Run ``cases`` one by one and collect a `Report` named ``check_<target>``."""
+    """Run ``cases`` one by one and collect a `Report` named ``check_<target>``.
+
+    The global RNG (what dropout draws from) is seeded from the run seed
+    (`_data.drawing_from`), and restored afterwards."""
     report = Report(target=f"check_{target}")
     report.covered = frozenset().union(*(case.covers for case in cases))
     timeout = float(timeout)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+        torch.manual_seed(case_seed(0))  # what a case draws from the global RNG (dropout)
         timed_out_case = None
         first_failure_with: dict[str, str] = {}  # message -> first case that failed with it
         for case in cases:
@@ -588,7 +596,13 @@ def checker(
     forbid: bool = True,
     chapter: str | None = None,
 ):
-    """Turn ``cases(candidate) -> list[Case]`` into ``check_<target>(candidate, *, timeout)``.
+    """Turn ``cases(candidate) -> list[Case]`` into
+    ``check_<target>(candidate, *, timeout=10.0, seed=0)``.
+
+    ``seed`` is the run seed every drawn input follows (`_data.drawing_from`): 0, the
+    default, gives the inputs the check cells show; the grader passes a fresh seed for
+    each grading run, so outputs recorded for the check cell's inputs do not pass there.
+    Inputs written out by hand are the same for every seed.
 
     The checker first makes sure that the candidate is a function (or, given
     ``class_name``, an ``nn.Module`` subclass), else it returns a one-case report saying
@@ -606,7 +620,7 @@ def checker(
     """
 
     def wrap(cases: Callable[[object], Sequence[Case]]) -> Callable[..., Report]:
-        def check(candidate, *, timeout: float = 10.0) -> Report:
+        def check(candidate, *, timeout: float = 10.0, seed: int = 0) -> Report:
             if class_name is None:
                 problem, need = function_problem(candidate, target), "is a function"
             else:
@@ -619,7 +633,8 @@ def checker(
             )
             if broken:
                 return single_failure(target, "follows the task's rules", broken)
-            return run_cases(target, cases(candidate), timeout)
+            with drawing_from(seed):
+                return run_cases(target, cases(candidate), timeout)
 
         check.__name__ = check.__qualname__ = f"check_{target}"
         check.__doc__ = cases.__doc__

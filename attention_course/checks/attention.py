@@ -10,7 +10,7 @@ import torch
 from attention_course import attention as ref
 
 from ._compare import Mistake, expect_close, expect_like, expect_tuple, fmt_shape, sums_to_one_hint
-from ._data import leaf, randn, random_bool
+from ._data import draw_until, leaf, randn, random_bool
 from ._dropout import expect_dropout_of, is_unchanged, looks_dropped_out
 from ._modules import ModulePair, expect_same_grads, leaves
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
@@ -253,25 +253,65 @@ def _set_attention_grad(candidate):
     return run
 
 
+def _set_attention_input(*shape: int, seed: int, scale: float = 1.0, **kwargs) -> torch.Tensor:
+    """``scale * randn(*shape)``, redrawn (`draw_until`) until the softmax over the wrong
+    axis and ``A^T @ X`` (:func:`_set_attention_variants`) give H or A at least 0.01 away
+    from the reference's, and, for hard attention, every row's best score leads the next
+    by 1e-6 (for large inputs, by 40 even when scaled by 1/sqrt(n): every row saturated).
+    With a symmetric hard A (each token its own best match) ``A^T @ X`` is ``A @ X``, and
+    a run seed that drew one would let that mistake pass the case."""
+    beta, hard = kwargs.get("beta", 1.0), kwargs.get("hard", False)
+
+    def keep(X: torch.Tensor) -> bool:
+        H, A = ref.set_attention(X, **kwargs)
+        for mistake, (H_wrong, A_wrong) in _set_attention_variants(X, beta, hard).items():
+            if "dim=-2" not in mistake and "A^T" not in mistake:
+                continue  # the other mistakes show on any input, or never (beta when hard)
+            apart = max((H_wrong - H).abs().max().item(), (A_wrong - A).abs().max().item())
+            if apart < 0.01:
+                return False
+        top2 = (beta * X @ X.transpose(-2, -1)).topk(2, dim=-1).values
+        gap = top2[..., 0] - top2[..., 1]
+        if hard and bool((gap < 1e-6).any()):
+            return False
+        # large inputs: every row saturated, even with the scores scaled by 1/sqrt(n)
+        return scale <= 10 or bool((gap / math.sqrt(X.shape[-1]) > 40).all())
+
+    return draw_until(lambda name: scale * randn(*shape, seed=name), keep, seed)
+
+
 @checker("set_attention")
 def check_set_attention(candidate) -> list[Case]:
     """Check ``set_attention(X, beta=1.0, hard=False) -> (H, A)``."""
     return [
-        Case("X (T, n) with T != n", _set_attention_case(candidate, randn(5, 3, seed=21))),
-        Case("batched X (B, T, n)", _set_attention_case(candidate, randn(2, 4, 6, seed=22))),
+        Case(
+            "X (T, n) with T != n",
+            _set_attention_case(candidate, _set_attention_input(5, 3, seed=21)),
+        ),
+        Case(
+            "batched X (B, T, n)",
+            _set_attention_case(candidate, _set_attention_input(2, 4, 6, seed=22)),
+        ),
         Case(
             "beta=0.3",
-            _set_attention_case(candidate, randn(4, 3, seed=23), beta=0.3),
+            _set_attention_case(candidate, _set_attention_input(4, 3, seed=23, beta=0.3), beta=0.3),
             covers=frozenset({"beta"}),
         ),
         Case(
             "hard=True (one-hot rows)",
-            _set_attention_case(candidate, randn(5, 4, seed=24), hard=True),
+            _set_attention_case(
+                candidate, _set_attention_input(5, 4, seed=24, hard=True), hard=True
+            ),
             covers=frozenset({"hard"}),
         ),
         Case(
             "hard=True, batched, beta=2",
-            _set_attention_case(candidate, randn(2, 3, 5, seed=25), beta=2.0, hard=True),
+            _set_attention_case(
+                candidate,
+                _set_attention_input(2, 3, 5, seed=25, beta=2.0, hard=True),
+                beta=2.0,
+                hard=True,
+            ),
             covers=frozenset({"hard", "beta"}),
         ),
         Case(
@@ -282,7 +322,7 @@ def check_set_attention(candidate) -> list[Case]:
         ),
         Case(
             "large inputs (scores ~1e4) give no NaN",
-            _set_attention_case(candidate, 60.0 * randn(4, 3, seed=28)),
+            _set_attention_case(candidate, _set_attention_input(4, 3, seed=28, scale=60.0)),
             support=True,  # the weights saturate to the identity: so does a degenerate answer
         ),
         Case("gradient flows to X", _set_attention_grad(candidate), covers=frozenset({"grad"})),
@@ -369,6 +409,13 @@ def _sdpa_variants(q, k, v, mask=None, scale=None) -> dict[str, tuple]:
             "every nonzero bias; use `scores = scores + mask`"
         ] = attend(raw * s, v, mask != 0)
     return variants
+
+
+def _saturated(q: torch.Tensor, k: torch.Tensor, scale: float, margin: float = 40.0) -> bool:
+    """Whether every row of ``scale * q k^T`` has its best score ``margin`` ahead of the
+    next (a softmax of it is one-hot to float64's precision)."""
+    top2 = (q @ k.transpose(-2, -1)).topk(2, dim=-1).values
+    return bool(((top2[..., 0] - top2[..., 1]) * scale > margin).all())
 
 
 def _sdpa_case(candidate, q, k, v, **kwargs):
@@ -546,6 +593,15 @@ def check_scaled_dot_product_attention(candidate) -> list[Case]:
         randn(4, 16, 5, seed=48),
     )
     big_mask = random_bool(4, 16, 16, seed=49)
+    # ~1e4 scores: every row saturated (best score ahead of the next by 40 or more) under
+    # the right scale and every wrong one (none, 1/d_k, 1/sqrt(d_v)), so the case tests the
+    # absence of NaN and a scaling mistake passes it under every seed (none is hidden there:
+    # the cases above catch them)
+    huge_q, huge_k = draw_until(
+        lambda name: (60.0 * randn(B, T, Dk, seed=name), 60.0 * randn(B, S, Dk, seed=name + 1)),
+        lambda qk: _saturated(*qk, min(1.0, 1.0 / Dk, 1.0 / math.sqrt(Dv))),
+        31,
+    )
     return [
         Case("3-D inputs, T != S, d_k != d_v", _sdpa_case(candidate, q3, k3, v3)),
         Case("4-D inputs with heads (B, H, T, d_k)", _sdpa_case(candidate, q4, k4, v4)),
@@ -592,7 +648,7 @@ def check_scaled_dot_product_attention(candidate) -> list[Case]:
         ),
         Case(
             "very large scores (~1e4) give no NaN",
-            _sdpa_case(candidate, 60.0 * q3, 60.0 * k3, v3),
+            _sdpa_case(candidate, huge_q, huge_k, v3),
         ),
         Case(
             "dropout_p=0.0 given explicitly: no randomness",

@@ -426,10 +426,16 @@ def check_online_softmax_update(candidate) -> list[Case]:
     ``e^{m - m'}`` when a block raises the maximum; masked scores are ``-inf``."""
     T, Dv = 4, 2
     low = randn(T, 3, seed=1)  # scores of a first block
-    high = randn(T, 3, seed=2) + 4.0  # a second block whose scores beat the first's
+    high = randn(T, 3, seed=2) + 4.0  # a second block whose scores beat the first's ...
+    high = high + (low.max(-1).values + 0.5 - high.min(-1).values).clamp(min=0.0)[:, None]
+    # ... each by 0.5 or more, under every seed (a block of one key too)
     v1, v2 = randn(3, Dv, seed=3), randn(3, Dv, seed=4)
     mixed = torch.cat([randn(2, 4, seed=5) + 3.0, randn(3, 4, seed=6) - 3.0])  # rows up, down
-    masked = randn(T, 3, seed=7).masked_fill(
+    # rows 0 and 2 fully masked; rows 1 and 3 (one score masked in row 1) raise the maximum
+    # that `low` left, by 0.5 or more, so a missing rescale shows under every seed
+    masked = randn(T, 3, seed=7)
+    lift = (low.max(-1).values + 0.5 - masked[:, 1:].max(-1).values).clamp(min=0.0)
+    masked = (masked + lift[:, None]).masked_fill(
         torch.tensor([[True], [False], [True], [False]]), -math.inf
     )
     masked[1, 0] = -math.inf  # a row with one masked score

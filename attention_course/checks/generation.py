@@ -35,6 +35,7 @@ from attention_course.kv import repeat_kv
 from attention_course.multihead import merge_heads, split_heads
 from attention_course.positions import apply_rope
 
+from . import _data
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 
 VOCAB = 13
@@ -240,7 +241,7 @@ def step_decoder(seed: int = 0) -> StepDecoder:
     """The checker's decoder: 2 layers, 4 query heads sharing 2 key/value heads, RoPE,
     13 tokens, float64, weights drawn with ``seed`` (larger than a fresh GPT's, so that
     the temperature visibly changes the samples)."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = _data.generator(seed)
     gpt = GPT(VOCAB, d_model=16, num_heads=4, num_kv_heads=2, num_layers=2, pos="rope", max_len=64)
     gpt = gpt.double()
     with torch.no_grad():
@@ -346,18 +347,84 @@ def _error_hint(text: str) -> str | None:
     return None
 
 
+def _showing_mistakes(B: int, T0: int, n: int, temperature: float) -> list[str]:
+    """The mistakes of :func:`reference_generate` that can change the tokens of a case:
+    the first position and a maximum over time only in the prompt's pass (T0 > 1), stale
+    logits and the previous token fed only from the second new token on, one draw for the
+    batch only with B > 1, the temperature's mistakes only at a temperature other than 1."""
+    if n == 0:
+        return []
+    greedy = temperature == 0
+    found = []
+    for name, _, at_zero, sampling in GEN_MISTAKES:
+        if not (at_zero if greedy else sampling):
+            continue
+        if name in ("first position", "max over time") and T0 == 1:
+            continue
+        if name in ("stale logits", "previous token") and n < 2:
+            continue
+        if name == "one draw for the batch" and B == 1:
+            continue
+        if name.startswith("temperature") and temperature == 1.0:
+            continue
+        found.append(name)
+    if not greedy:
+        found.append("argmax")
+        if temperature != 1.0:
+            found.append("temperature after softmax")
+    return found
+
+
+def _prompt(B: int, T0: int, n: int, temperature: float, seed: int) -> tuple[torch.Tensor, int]:
+    """A (B, T0) prompt drawn from ``seed`` and the seed name of the samples' generator
+    (``seed + 1``, as the check cells have always used), redrawn together
+    (`_data.draw_until`) until each mistake of :func:`_showing_mistakes` gives other first
+    tokens than the reference (and, greedy, than each other mistake: two, or five tokens
+    for the mistakes that show from the second on, so the search stays cheap). On some
+    prompts the first position's argmax is the last's, or a sample at temperature 0.5 is
+    the one at temperature 1, and a run seed that drew one would let that mistake pass the
+    case."""
+    mistakes = _showing_mistakes(B, T0, n, temperature)
+    model = step_decoder()
+
+    def draw(name: int) -> tuple[torch.Tensor, int]:
+        return torch.randint(0, VOCAB, (B, T0), generator=_data.generator(name)), name + 1
+
+    def keep(drawn: tuple[torch.Tensor, int]) -> bool:
+        prompt, sampler = drawn
+
+        def tokens(steps: int, mistake=None):  # the first new tokens: a prefix of the case's
+            generator = _data.generator(sampler)
+            return reference_generate(model, prompt, steps, temperature, generator, mistake=mistake)
+
+        seen = [tokens(min(n, 5))]  # the right tokens, then each mistake's
+        for mistake in mistakes:
+            steps = min(n, 5 if mistake in ("stale logits", "previous token") else 2)
+            wrong = tokens(steps, mistake)
+            # other tokens than the right ones and, when greedy (where the first failure of
+            # most mistakes is), than every other mistake's: the diagnosis names it alone
+            for other in seen if temperature == 0 else seen[:1]:
+                length = min(wrong.shape[1], other.shape[1])
+                if torch.equal(wrong[:, :length], other[:, :length]):
+                    return False
+            seen.append(wrong)
+        return True
+
+    return _data.draw_until(draw, keep, seed)
+
+
 def _generate_case(candidate, *, B, T0, n, temperature, seed=0):
     def run():
-        prompt = torch.randint(0, VOCAB, (B, T0), generator=torch.Generator().manual_seed(seed))
+        prompt, sampler = _prompt(B, T0, n, temperature, seed)
         model = step_decoder()
         expected = reference_generate(
-            step_decoder(), prompt, n, temperature, torch.Generator().manual_seed(seed + 1)
+            step_decoder(), prompt, n, temperature, _data.generator(sampler)
         )
         what = f"generate(model, prompt ({B}, {T0}), max_new_tokens={n}, temperature={temperature}"
         what += ", generator)" if temperature else ")"
         kwargs = {"temperature": temperature}
         if temperature:
-            kwargs["generator"] = torch.Generator().manual_seed(seed + 1)
+            kwargs["generator"] = _data.generator(sampler)
         got = call_student(
             candidate, model, prompt.clone(), n, what=what, error_hint=_error_hint, **kwargs
         )
@@ -408,7 +475,7 @@ def _generate_case(candidate, *, B, T0, n, temperature, seed=0):
                 prompt,
                 n,
                 temperature,
-                torch.Generator().manual_seed(seed + 1),
+                _data.generator(sampler),
                 mistake=mistake,
             )
             if torch.equal(got, variant):

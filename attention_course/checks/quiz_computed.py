@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import torch
 
+from . import _data
 from ._answers import answer_name, is_number, kind, plain, show
 from ._compare import expect_close, expect_grad, expect_tuple, fmt_shape
 from ._modules import leaves
@@ -99,7 +100,7 @@ def chosen_beta_cases(candidate: Callable) -> list[Case]:
 
 
 def _inputs(*shapes: tuple[int, ...], seed: int, dtype: torch.dtype) -> list[torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
+    gen = _data.generator(seed)
     return [torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype) for shape in shapes]
 
 
@@ -116,7 +117,7 @@ def _expect_grads(
     reference's ``name`` (failing, with the likely cause, when no graph is attached), then
     compare the gradients of the inputs ``names``: the student's leaves ``mine`` with the
     reference's ``theirs``."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = _data.generator(seed)
     upstream = torch.randn(expected.shape, generator=gen, dtype=torch.float64)
     expected.backward(upstream.to(expected.dtype))
     if not got.requires_grad:

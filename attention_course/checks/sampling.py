@@ -10,7 +10,7 @@ import torch
 from attention_course import sampling as ref
 
 from ._compare import expect_close, expect_tensor, first_mistake, fmt_values, match_tolerances
-from ._data import randn
+from ._data import draw_until, randn
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker, expect_value_error
 
 NEG_INF = float("-inf")
@@ -354,6 +354,51 @@ def _scaled(*shape: int, seed: int, scale: float = 2.0, dtype=torch.float64):
     return lambda: (randn(*shape, seed=seed) * scale).to(dtype)
 
 
+def _summing_to_one(*shape: int, seed: int):
+    """:func:`_scaled` logits, redrawn (`draw_until`) until no row's sorted probabilities
+    add up to more than 1.0 in floating point: where rounding pushes the last cumulative
+    sum above 1, a rule that removes ``cumulative > top_p`` drops a token at top_p = 1,
+    on some draws and not others."""
+
+    def keep(logits: torch.Tensor) -> bool:
+        probs = logits.softmax(-1).sort(dim=-1, descending=True).values
+        return bool((probs.cumsum(-1) <= 1.0).all())
+
+    return lambda: draw_until(lambda name: randn(*shape, seed=name) * 2.0, keep, seed)
+
+
+_MUST_SHOW = ("ignores top_k", "ignores top_p", "before top_k", "k + 1", "smallest logits")
+"""The mistakes that a drawn case with both top_k and top_p must expose under every seed."""
+
+
+def _scaled_both(
+    *shape: int, seed: int, top_k: int, top_p: float, scale: float = 2.0, dtype=torch.float64
+):
+    """:func:`_scaled` logits for a case with both ``top_k`` and ``top_p``, redrawn
+    (`draw_until`) until each mistake of ``_MUST_SHOW`` keeps other tokens than the
+    reference, and no row's cumulative probability lies within 1e-4 of ``top_p`` (so
+    rounding cannot move the boundary): on some draws top_p already stops before the
+    k-th token in every row, and a filter that keeps k + 1 tokens, or ignores top_k,
+    passes the case."""
+
+    def draw(name: int) -> torch.Tensor:
+        return (randn(*shape, seed=name) * scale).to(dtype)
+
+    def keep(logits: torch.Tensor) -> bool:
+        expected = torch.isfinite(ref.filter_logits(logits, top_k=top_k, top_p=top_p))
+        kept = ref.filter_logits(logits, top_k=top_k)
+        cumulative = kept.double().softmax(-1).sort(-1, descending=True).values.cumsum(-1)
+        if bool(((cumulative - top_p).abs() < 1e-4).any()):
+            return False
+        for description, wrong in _mistakes(logits, top_k, top_p):
+            if any(key in description for key in _MUST_SHOW):
+                if torch.equal(torch.isfinite(wrong()), expected):
+                    return False
+        return True
+
+    return lambda: draw_until(draw, keep, seed)
+
+
 def _tied():
     """Logits tied at the 2nd-largest value: three of them in row 0, four in row 1."""
     return lambda: torch.tensor(
@@ -393,7 +438,12 @@ def check_filter_logits(candidate) -> list[Case]:
         ),
         Case(
             "top_k=5 and top_p=0.9 on (3, 16) logits",
-            _compare_case(candidate, _scaled(3, 16, seed=3, scale=1.0), top_k=5, top_p=0.9),
+            _compare_case(
+                candidate,
+                _scaled_both(3, 16, seed=3, scale=1.0, top_k=5, top_p=0.9),
+                top_k=5,
+                top_p=0.9,
+            ),
             covers=frozenset({"top_k", "top_p", "top_k+top_p"}),
         ),
         Case(
@@ -403,13 +453,18 @@ def check_filter_logits(candidate) -> list[Case]:
         ),
         Case(
             "batch shape (B, T, V) = (2, 3, 9), top_k=4 and top_p=0.7",
-            _compare_case(candidate, _scaled(2, 3, 9, seed=4), top_k=4, top_p=0.7),
+            _compare_case(
+                candidate, _scaled_both(2, 3, 9, seed=4, top_k=4, top_p=0.7), top_k=4, top_p=0.7
+            ),
             covers=frozenset({"top_k", "top_p", "top_k+top_p", "shape=(B, T, V)"}),
         ),
         Case(
             "float32 logits, top_k=6 and top_p=0.85",
             _compare_case(
-                candidate, _scaled(3, 20, seed=5, dtype=torch.float32), top_k=6, top_p=0.85
+                candidate,
+                _scaled_both(3, 20, seed=5, dtype=torch.float32, top_k=6, top_p=0.85),
+                top_k=6,
+                top_p=0.85,
             ),
             covers=frozenset({"top_k", "top_p", "dtype=float32"}),
         ),
@@ -429,7 +484,7 @@ def check_filter_logits(candidate) -> list[Case]:
         ),
         Case(
             "top_p=1.0 keeps every token",
-            _compare_case(candidate, _scaled(3, 7, seed=8), top_p=1.0),
+            _compare_case(candidate, _summing_to_one(3, 7, seed=8), top_p=1.0),
             weight=TRIVIAL,
             covers=frozenset({"top_p", "top_p=1"}),
             support=True,

@@ -21,6 +21,11 @@
    notebook patches (the checkers, ``torch.allclose``, ``Tensor.__eq__``, the report,
    printed lines) can change a score, and the checkers and their messages are the ones
    the check cells show.
+   The checkers' drawn inputs follow a **run seed** that the grader draws afresh for each
+   grading run (with :mod:`secrets`, on its own side; ``--seed N`` reuses one to reproduce
+   a run) and records in each result (``"seed"`` in the JSON, a line of the table and of
+   the feedback): outputs recorded for the check cell's inputs (seed 0) do not pass here.
+   Inputs written out by hand are the same for every seed; a verdict does not depend on it.
 3. Each task scores ``points x report.score``. What could not run scores zero, with the
    reason: not defined (and why: the cell that defines it raised, or timed out, or was
    deleted, or killed the kernel), the reference imported instead of the student's own
@@ -46,6 +51,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import secrets
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -115,6 +121,7 @@ class Grade:
     timeout: float
     notes: list[str] = field(default_factory=list)  # about the whole notebook
     sandboxed: bool = True  # the kernel ran in a bwrap sandbox (False: --no-sandbox)
+    seed: int | None = None  # the run seed the checks' inputs were drawn from (`draw_seed`)
 
     @property
     def score(self) -> float:
@@ -137,6 +144,7 @@ class Grade:
             "passed": self.passed,
             "timeout": self.timeout,
             "sandboxed": self.sandboxed,
+            "seed": self.seed,
             "tasks": [asdict(t) for t in self.tasks],
             "notes": list(self.notes),
             "cell_problems": [
@@ -158,6 +166,7 @@ class Grade:
             data.get("timeout", DEFAULT_TIMEOUT),
             list(data.get("notes", [])),
             bool(data.get("sandboxed", True)),
+            data.get("seed"),
         )
 
     def table(self, width: int = TABLE_WIDTH) -> str:
@@ -180,6 +189,8 @@ class Grade:
             for line in rest:
                 lines.extend(_wrap(line, indent, width))
         lines.append(f"total: {self.score:g}/{self.max_score:g}")
+        if self.seed is not None:
+            lines.append(f"inputs drawn with seed {self.seed} (reproduce: --seed {self.seed})")
         notes = [f"  {note}" for note in self.notes]
         notes += [f"  {t.name}: {note}" for t in self.tasks for note in t.notes]
         problems = [
@@ -366,7 +377,13 @@ def _kernel_hooks(runner: _Runner):
     return execute, interrupt, alive, wait
 
 
-def _grade_task(runner: _Runner, task: dict, check_timeout: float) -> dict:
+def draw_seed() -> int:
+    """A fresh run seed for the checkers' drawn inputs, from :mod:`secrets` (never 0, the
+    check cells' seed)."""
+    return secrets.randbelow(2**31 - 1) + 1
+
+
+def _grade_task(runner: _Runner, task: dict, check_timeout: float, seed: int = 0) -> dict:
     """Grade one task: the checker runs here, on proxies of the kernel's objects.
 
     Returns the result ``_fill`` reads; raises :class:`sandbox.KernelLost` when the
@@ -389,7 +406,7 @@ def _grade_task(runner: _Runner, task: dict, check_timeout: float) -> dict:
     )
     try:
         with session as client:
-            result = sandbox.grade_task(client, task, check_timeout)
+            result = sandbox.grade_task(client, task, check_timeout, seed)
     except sandbox.KernelLost:
         raise
     except sandbox.SandboxError as error:  # the notebook broke the grader's probe
@@ -587,6 +604,7 @@ def grade_notebook(
     trust_notebook: bool = False,
     sandbox: bool = True,
     limits=None,
+    seed: int | None = None,
 ) -> Grade:
     """Execute and grade one submission.
 
@@ -601,6 +619,9 @@ def grade_notebook(
     that sees a copy of this one notebook and nothing else of the machine's files; raises
     :class:`isolation.SandboxUnavailable` when no sandbox can be made. ``limits``: the
     sandbox's `isolation.Limits` (default: ``memory_limit`` and the defaults).
+
+    ``seed``: the run seed the checkers draw their inputs from (None: a fresh one,
+    :func:`draw_seed`); the grade records it.
     """
     import nbformat
     from nbclient.exceptions import DeadKernelError
@@ -609,6 +630,7 @@ def grade_notebook(
     from .release import released_given
 
     path = Path(path)
+    seed = draw_seed() if seed is None else int(seed)
     nb = nbformat.read(path, as_version=4)
     exercise, tasks, notes = tasks_to_grade(nb, path, trust_notebook)
     cell_index = {_nbgrader(c).get("grade_id"): i for i, c in enumerate(nb.cells)}
@@ -680,7 +702,7 @@ def grade_notebook(
         for task, grade in zip(tasks, grades, strict=True):
             task = {**task, "allowed": allowed_names(nb, task, given), **_policy(task)}
             try:
-                result = _grade_task(runner, task, check_timeout)
+                result = _grade_task(runner, task, check_timeout, seed)
             except KernelLost as error:
                 if error.reason == "died":
                     how = runner.how_it_died()
@@ -710,7 +732,7 @@ def grade_notebook(
             "still running when it was graded; the sandbox ended them"
         )
     cells = [runs[i] for i in sorted(runs)]
-    return Grade(str(path), exercise, grades, cells, timeout, notes, sandboxed=scratch is not None)
+    return Grade(str(path), exercise, grades, cells, timeout, notes, scratch is not None, seed=seed)
 
 
 def _fill(
@@ -922,6 +944,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the file name without .ipynb)",
     )
     parser.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="the run seed (>= 1) the checks draw their inputs from (default: a fresh one "
+        "per run, recorded in each result; give a recorded one to reproduce a run)",
+    )
+    parser.add_argument(
         "--no-sandbox",
         action="store_true",
         help="run kernels without the bubblewrap sandbox (an instructor's own quick run, "
@@ -958,6 +987,7 @@ def _grade_entry(path: Path, args: argparse.Namespace):
         allow_builtins=args.allow_builtins,
         trust_notebook=trust,
         sandbox=not getattr(args, "no_sandbox", False),
+        seed=getattr(args, "seed", None),
     )
     return Entry(path, grade)
 
@@ -1011,6 +1041,13 @@ def _require_sandbox(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Carry out a parsed ``grade`` command; return the exit status."""
+    if getattr(args, "seed", None) is not None and args.seed < 1:
+        print(
+            "grade: --seed must be >= 1 (seed 0 draws the check cells' inputs, which every "
+            "student has seen)",
+            file=sys.stderr,
+        )
+        return 2
     if missing_tools("grade", sys.stderr):
         return 2
     refused = _require_sandbox(args)
@@ -1019,6 +1056,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from . import gradebook
 
+    if getattr(args, "seed", None) is None:
+        args.seed = draw_seed()  # one fresh seed for the whole run, recorded in each result
     paths, skipped = gradebook.find_files(args.submission)
     roster = gradebook.read_roster(args.roster) if getattr(args, "roster", None) else {}
     results = gradebook.Results(args.out) if getattr(args, "out", None) else None

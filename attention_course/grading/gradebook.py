@@ -409,6 +409,8 @@ def feedback(entry: Entry) -> str:
         lines += [f"- note: {note}" for note in task.notes]
     if grade.notes:
         lines += ["", "## Notes", "", *[f"- {note}" for note in grade.notes]]
+    if grade.seed is not None:
+        lines += ["", f"The checks drew their inputs with seed {grade.seed}."]
     if not grade.sandboxed:
         lines += ["", "**Graded without the sandbox (--no-sandbox): not for credit.**"]
     return "\n".join(lines) + "\n"

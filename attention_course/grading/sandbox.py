@@ -24,7 +24,8 @@ reading one builds only tuples, lists, dicts, numbers, text and plain tensors, t
 grader checks them against the protocol's tags. Nothing of the student's is ever
 unpickled, called or compared in the grader (the grader's own objects may go to the
 kernel pickled: that direction is safe).
-Inputs, reference outputs, comparisons and diagnoses stay in the grader.
+Inputs, reference outputs, comparisons and diagnoses stay in the grader; the inputs are
+drawn from the run's seed (:func:`grade_task`'s ``seed``), which the kernel never sees.
 
 What crosses the boundary, so that the checkers see what they would see in-process:
 
@@ -1370,9 +1371,10 @@ def _wall(client: Client, timeout: float) -> float:
     return timeout if client.cpu is None else max(timeout * WALL_FACTOR, 60.0)
 
 
-def grade_task(client: Client, task: dict, timeout: float) -> dict:
+def grade_task(client: Client, task: dict, timeout: float, seed: int = 0) -> dict:
     """Run ``task``'s checker (or quiz check) in this process on the student's object
-    behind ``client``; the result as ``grading._fill`` reads it."""
+    behind ``client``, its inputs drawn from the run seed ``seed``; the result as
+    ``grading._fill`` reads it."""
     try:
         candidate, module = client.lookup(task["name"])
     except KernelLost:
@@ -1388,7 +1390,9 @@ def grade_task(client: Client, task: dict, timeout: float) -> dict:
         from ..quiz import check_quiz
 
         with limits_in_wall_time():
-            report = check_quiz(task["question"], candidate, timeout=_wall(client, timeout))
+            report = check_quiz(
+                task["question"], candidate, timeout=_wall(client, timeout), seed=seed
+            )
         called: list = []
     else:
         from .. import checks
@@ -1401,7 +1405,7 @@ def grade_task(client: Client, task: dict, timeout: float) -> dict:
         builtins = list(getattr(check, "answer_builtins", ()))
         client.request(("watch", builtins, list(task.get("allowed", ()))))
         with limits_in_wall_time():
-            report = check(candidate, timeout=_wall(client, timeout))
+            report = check(candidate, timeout=_wall(client, timeout), seed=seed)
         called = client.decode(client.request(("called",))[1]) if client.lost is None else []
     if client.lost is not None:
         raise client.lost

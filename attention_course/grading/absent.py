@@ -128,7 +128,8 @@ class _Module:
     is_package: bool
     defs: dict[str, ast.AST] = field(default_factory=dict)  # top-level def/class by name
     values: dict[str, list[ast.AST]] = field(default_factory=dict)  # other bindings
-    imports: dict[str, tuple] = field(default_factory=dict)  # local -> ("module", m) | ("symbol", m, n)
+    # local name -> ("module", dotted) or ("symbol", module, name)
+    imports: dict[str, tuple] = field(default_factory=dict)
 
 
 def _module_name(root: Path, path: Path) -> tuple[str, bool]:
@@ -342,7 +343,7 @@ class _Graph:
         loads = {id(n) for n in _global_loads(node)}
         for sub in ast.walk(node):
             if isinstance(sub, (ast.Import, ast.ImportFrom)):
-                for local, target in _imports(sub, self.modules[module], self.modules).items():
+                for target in _imports(sub, self.modules[module], self.modules).values():
                     if target[0] == "symbol":
                         found = self.resolve(target[1], target[2])
                         if found is not None and found[0] != "module":
@@ -483,7 +484,12 @@ def plan(exercise: str, root: Path | None = None, given: dict | None = None) -> 
     return Plan(exercise, gives, real, stubs, public)
 
 
-def real_targets(exercise: str, tasks: list[dict] | None = None, root: Path | None = None):
+def real_targets(
+    exercise: str,
+    tasks: list[dict] | None = None,
+    root: Path | None = None,
+    given: dict | None = None,
+) -> list[tuple[str, str]]:
     """The exercise's own task targets that stay real in its build (in the closure of a
     name it hands out): ``[(task name, "module.name"), ...]``."""
     if tasks is None:
@@ -491,7 +497,7 @@ def real_targets(exercise: str, tasks: list[dict] | None = None, root: Path | No
 
         tasks = released_tasks().get(exercise, [])
     root = Path(root or Path(__file__).resolve().parent.parent)
-    the_plan = plan(exercise, root)
+    the_plan = plan(exercise, root, given)
     graph = _Graph(_read(root))
     out = []
     for task in tasks:
@@ -534,12 +540,16 @@ def _stub_source(module: _Module, names: list[str], the_plan: Plan) -> str:
     return "".join(lines)
 
 
-def build(exercise: str, dest: str | Path, root: str | Path | None = None) -> Path:
+def build(
+    exercise: str, dest: str | Path, root: str | Path | None = None, given: dict | None = None
+) -> Path:
     """Write ``exercise``'s build of the package into ``dest`` (made, must not exist) and
     return the package folder (``dest/attention_course``), to bind read-only in the
-    sandbox (`attention_course.grading.isolation.command`'s ``package``)."""
+    sandbox (`attention_course.grading.isolation.command`'s ``package``). ``given``: the
+    exercise's given code (`attention_course.grading.cheats.given_code`; default: as
+    released)."""
     root = Path(root or Path(__file__).resolve().parent.parent)
-    the_plan = plan(exercise, root)
+    the_plan = plan(exercise, root, given)
     modules = _read(root)
     out = Path(dest) / PACKAGE
     shutil.copytree(
@@ -572,21 +582,33 @@ def package_hash(root: str | Path | None = None) -> str:
 
 
 class Builds:
-    """The builds of one grading run, by (exercise, package hash), in one temporary
-    folder removed by :meth:`remove`."""
+    """The builds of one grading run, by (exercise, what it gives, package hash), in one
+    temporary folder removed by :meth:`remove`."""
 
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root or Path(__file__).resolve().parent.parent)
         self.folder = Path(tempfile.mkdtemp(prefix="ac-absent-"))
         os.chmod(self.folder, 0o755)
         self.made: dict[tuple, Path] = {}
+        self.targets: dict[tuple, set] = {}
 
-    def get(self, exercise: str) -> Path:
-        key = (exercise, package_hash(self.root))
+    def get(self, exercise: str, given: dict | None = None) -> Path:
+        """The package folder of ``exercise``'s build (made on first use)."""
+        gives = ",".join(handed_out(exercise, given))
+        key = (exercise, hashlib.sha256(gives.encode()).hexdigest()[:8], package_hash(self.root))
         if key not in self.made:
-            dest = self.folder / f"{exercise}-{key[1]}"
-            self.made[key] = build(exercise, dest, self.root)
+            dest = self.folder / "-".join(key)
+            self.made[key] = build(exercise, dest, self.root, given)
         return self.made[key]
+
+    def real_targets(self, exercise: str, tasks: list[dict], given: dict | None = None) -> set:
+        """The names of ``tasks`` that stay real in ``exercise``'s build (`real_targets`)."""
+        gives = tuple(handed_out(exercise, given))
+        key = (exercise, gives, tuple(t["name"] for t in tasks))
+        if key not in self.targets:
+            found = real_targets(exercise, tasks, self.root, given)
+            self.targets[key] = {name for name, _ in found}
+        return self.targets[key]
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -51,6 +51,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,6 +119,16 @@ def cls(module, qualname, name, gives):
 
 # ---------------------------------------------------------------- reading the package
 
+_PARSE = threading.Lock()
+
+
+def parse(source: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse``, one thread at a time: Python 3.11 keeps the AST conversion's
+    recursion depth per interpreter, and two grading threads (``--jobs 2``) parsing at
+    once can fail with "SystemError: AST constructor recursion depth mismatch"."""
+    with _PARSE:
+        return ast.parse(source, filename=filename)
+
 
 @dataclass
 class _Module:
@@ -139,14 +150,29 @@ def _module_name(root: Path, path: Path) -> tuple[str, bool]:
     return ".".join(parts), False
 
 
+_READ: dict[tuple, dict] = {}
+
+
 def _read(root: Path) -> dict[str, _Module]:
+    """Every module of the package at ``root``, parsed (once per content)."""
+    key = (str(root), package_hash(root))
+    with _PARSE:
+        found = _READ.get(key)
+    if found is None:
+        found = _read_now(root)
+        with _PARSE:
+            _READ[key] = found
+    return found
+
+
+def _read_now(root: Path) -> dict[str, _Module]:
     modules: dict[str, _Module] = {}
     for path in sorted(root.rglob("*.py")):
         if "__pycache__" in path.parts:
             continue
         name, is_package = _module_name(root, path)
         source = path.read_text(encoding="utf-8")
-        tree = ast.parse(source, filename=str(path))
+        tree = parse(source, str(path))
         modules[name] = _Module(name, path, source, tree, is_package)
     for module in modules.values():
         for node in module.tree.body:

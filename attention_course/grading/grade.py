@@ -812,8 +812,7 @@ def _given_cells(nb: NotebookNode, given: dict | None) -> set[int]:
     """The code cells the exercise gives verbatim: every top-level statement is one the
     released student copy has (``given``'s ``statements``); without a record (an
     instructor's notebook), the cells that are neither solution nor check cells."""
-    import ast
-
+    from .absent import parse
     from .cheats import _source, _statement_hash
 
     out = set()
@@ -825,7 +824,7 @@ def _given_cells(nb: NotebookNode, given: dict | None) -> set[int]:
             out.add(index)
             continue
         try:
-            body = ast.parse(_source(cell)).body
+            body = parse(_source(cell)).body
         except (SyntaxError, ValueError):
             continue
         statements = set(given.get("statements", ()))
@@ -872,7 +871,8 @@ def _apply_findings(
         lost = grade.score
         grade.score, grade.fraction, grade.passed = 0.0, 0.0, False
         text = "\n".join(f.message() for f in denied)
-        if grade.report is None and grade.reason:  # not checked: keep why, add the findings
+        absent = _ABSENT.search(grade.reason) is not None  # 0 already: it called a stub
+        if (grade.report is None or absent) and grade.reason:  # keep why, add the findings
             grade.reason += "\n" + text
             return
         grade.reason = (

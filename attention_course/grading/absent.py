@@ -63,7 +63,7 @@ KERNEL_ROOTS = (
     (f"{PACKAGE}.grading._kernel", "main"),
     (f"{PACKAGE}.grading.isolation", "set_limits"),
 )
-_RUNTIME = '''"""Stubs of the references that are absent while grading (written by the grader)."""
+_RUNTIME = r'''"""Stubs of the references that are absent while grading (written by the grader)."""
 
 
 class NotAvailableWhileGrading(Exception):
@@ -76,13 +76,13 @@ def _message(name, gives):
 
 
 def function(module, qualname, name, gives):
+    # The message is a constant of the stub's own code, and the error class a global of
+    # this module: a copy of the function (its code with other globals) still refuses.
     message = _message(name, gives)
-
-    def absent(*args, **kwargs):
-        raise NotAvailableWhileGrading(message)
-
-    absent.__name__ = qualname
-    absent.__qualname__ = qualname
+    source = f"def {qualname}(*args, **kwargs):\n    raise NotAvailableWhileGrading({message!r})\n"
+    made = {}
+    exec(compile(source, __file__, "exec"), globals(), made)
+    absent = made[qualname]
     absent.__module__ = module
     absent.__doc__ = message
     return absent

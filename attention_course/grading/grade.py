@@ -23,11 +23,18 @@
    the check cells show.
 3. Each task scores ``points x report.score``. What could not run scores zero, with the
    reason: not defined (and why: the cell that defines it raised, or timed out, or was
-   deleted, or killed the kernel), the reference imported instead of the student's own
-   code, a check that ran over its time limit (the call is interrupted), a kernel that
-   died during the check or did not come back after an interrupt. A solution that
-   calls the reference or the built-in that is the answer scores 0
-   (`attention_course.grading.cheats`; ``--allow-builtins`` makes a built-in a note).
+   deleted, or killed the kernel), a check that ran over its time limit (the call is
+   interrupted), a kernel that died during the check or did not come back after an
+   interrupt. In the sandbox the kernel sees the exercise's build of the package
+   (`attention_course.grading.absent`), where every reference the exercise does not hand
+   out is a stub: a solution that calls one scores 0, "calls attention_course.X, which
+   is not available while grading", and a given cell that stops at one (a demonstration
+   of the reference) is a note, not the student's problem. Absence holds only in the
+   sandbox: with ``--no-sandbox``, and for the few targets that must stay real in their
+   build (`absent.real_targets`), a candidate that *is* the reference scores 0 as "the
+   reference imported". The static scan (`attention_course.grading.cheats`) scores 0 a
+   solution that names the reference or the built-in that is the answer
+   (``--allow-builtins`` makes a built-in a note).
 4. The table shows, for each task that lost points, the first failing case with its
    whole message: the first line on the task's row, then the lines that name the
    mistake ("Likely mistake: ...", "Hint: ...") or the line of code that raised,
@@ -597,14 +604,17 @@ def grade_notebook(
     """Execute and grade one submission.
 
     ``memory_limit`` bytes of memory for the kernel (0: none). A solution that
-    calls the reference or the built-in that is the answer scores 0 unless
-    ``allow_builtins``, which turns that into a note. The tasks are the exercise's
+    calls a reference absent from the sandbox's build scores 0; one that names the
+    reference or the built-in that is the answer (the static scan) too, unless
+    ``allow_builtins``, which turns a built-in into a note. The tasks are the exercise's
     released ones (`tasks_to_grade`; ``trust_notebook``: the notebook's own). Raises
     :class:`UnknownExercise` for a notebook of no released exercise, and nothing else
     because of the submission.
 
     ``sandbox``: the kernel runs in a bubblewrap sandbox (`attention_course.grading.isolation`)
-    that sees a copy of this one notebook and nothing else of the machine's files; raises
+    that sees a copy of this one notebook, and the exercise's build of the package in
+    which the reference is absent (`attention_course.grading.absent`), and nothing else
+    of the machine's files (``sandbox=False``: the real package, unconfined); raises
     :class:`isolation.SandboxUnavailable` when no sandbox can be made. ``limits``: the
     sandbox's `isolation.Limits` (default: ``memory_limit`` and the defaults).
     """

@@ -643,6 +643,12 @@ class Builds:
 _RUN: dict = {}
 
 
+def prepare() -> None:
+    """Parse the package now, in this thread (before a class run starts its grading
+    threads): the builds then only read the parsed modules."""
+    _read(Path(__file__).resolve().parent.parent)
+
+
 def for_run() -> Builds:
     """The builds of this grading run (one per process), removed at exit."""
     if "builds" not in _RUN:

@@ -1093,6 +1093,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from . import gradebook
 
+    if not getattr(args, "no_sandbox", False):
+        from . import absent
+
+        absent.prepare()  # the package parsed once, before the grading threads start
     paths, skipped = gradebook.find_files(args.submission)
     roster = gradebook.read_roster(args.roster) if getattr(args, "roster", None) else {}
     results = gradebook.Results(args.out) if getattr(args, "out", None) else None

@@ -211,10 +211,9 @@ ATTACKS = [
     (
         "adv_subclass_mha",
         "MultiHeadAttention",
-        [
-            BUILT_ON.format("MultiHeadAttention"),
-            CHEAT + "the solution is built on the reference `attention_course.MultiHeadAttention`",
-        ],
+        # the cell after the check cell that subclasses it fails (the reference is a
+        # stub); the student's unsolved class is checked, and the static scan names it
+        [CHEAT + "the solution is built on the reference `attention_course.MultiHeadAttention`"],
     ),
     (
         "adv_subclass_layernorm",

@@ -617,24 +617,27 @@ class Builds:
         os.chmod(self.folder, 0o755)
         self.made: dict[tuple, Path] = {}
         self.targets: dict[tuple, set] = {}
+        self.lock = threading.Lock()  # grading threads (--jobs) share one run's builds
 
     def get(self, exercise: str, given: dict | None = None) -> Path:
         """The package folder of ``exercise``'s build (made on first use)."""
         gives = ",".join(handed_out(exercise, given))
         key = (exercise, hashlib.sha256(gives.encode()).hexdigest()[:8], package_hash(self.root))
-        if key not in self.made:
-            dest = self.folder / "-".join(key)
-            self.made[key] = build(exercise, dest, self.root, given)
-        return self.made[key]
+        with self.lock:
+            if key not in self.made:
+                dest = self.folder / "-".join(key)
+                self.made[key] = build(exercise, dest, self.root, given)
+            return self.made[key]
 
     def real_targets(self, exercise: str, tasks: list[dict], given: dict | None = None) -> set:
         """The names of ``tasks`` that stay real in ``exercise``'s build (`real_targets`)."""
         gives = tuple(handed_out(exercise, given))
         key = (exercise, gives, tuple(t["name"] for t in tasks))
-        if key not in self.targets:
-            found = real_targets(exercise, tasks, self.root, given)
-            self.targets[key] = {name for name, _ in found}
-        return self.targets[key]
+        with self.lock:
+            if key not in self.targets:
+                found = real_targets(exercise, tasks, self.root, given)
+                self.targets[key] = {name for name, _ in found}
+            return self.targets[key]
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -651,9 +654,10 @@ def prepare() -> None:
 
 def for_run() -> Builds:
     """The builds of this grading run (one per process), removed at exit."""
-    if "builds" not in _RUN:
-        import atexit
+    with _PARSE:
+        if "builds" not in _RUN:
+            import atexit
 
-        _RUN["builds"] = Builds()
-        atexit.register(_RUN["builds"].remove)
-    return _RUN["builds"]
+            _RUN["builds"] = Builds()
+            atexit.register(_RUN["builds"].remove)
+        return _RUN["builds"]

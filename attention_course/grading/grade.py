@@ -771,7 +771,7 @@ def _fill(
         why = _why_missing(task, nb, cell_index, runs)
         found = _ABSENT.search(why)
         if found:  # its cell stopped at a reference that is absent (a class built on it)
-            why += f"\nit uses {found.group(1)}, which is not available while grading"
+            why += f"\nit uses {found.group(1)}, {ABSENT_REASON}"
         grade.reason = f"`{grade.name}` is not defined" + why
         return
     if result["status"] == "reference":
@@ -800,7 +800,7 @@ def _fill(
         lost = grade.score
         grade.score, grade.fraction, grade.passed = 0.0, 0.0, False
         grade.reason = (
-            f"calls {name}, which is not available while grading: write it yourself "
+            f"calls {name}, {ABSENT_REASON}: write it yourself "
             f"({len(absent)} of {len(report['results'])} cases reached it, first "
             f"{absent[0]['name']})"
             + (f"\n(the other cases alone would give {lost:g}/{grade.points:g})" if lost else "")
@@ -816,6 +816,7 @@ def _fill(
 
 ABSENT_ERROR = "NotAvailableWhileGrading"  # what a stub of the sandbox's build raises
 _ABSENT = re.compile(r"(attention_course[\w.]*) is not available while grading")
+ABSENT_REASON = "which is not available while grading"  # in a reason: it reached a stub
 
 
 def _given_cells(nb: NotebookNode, given: dict | None) -> set[int]:
@@ -881,7 +882,7 @@ def _apply_findings(
         lost = grade.score
         grade.score, grade.fraction, grade.passed = 0.0, 0.0, False
         text = "\n".join(f.message() for f in denied)
-        absent = _ABSENT.search(grade.reason) is not None  # 0 already: it called a stub
+        absent = ABSENT_REASON in grade.reason  # 0 already: it called a stub
         if (grade.report is None or absent) and grade.reason:  # keep why, add the findings
             grade.reason += "\n" + text
             return

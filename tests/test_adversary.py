@@ -224,10 +224,15 @@ ATTACKS = [
         ],
     ),
     ("adv_watch_off", SDPA, [CALLED]),
+    # its worker thread swallows the stub's error (out[0] is then an IndexError): the
+    # static scan names what it does
     (
         "adv_watch_thread",
         SDPA,
-        [CALLED, "the solution installs a profile or trace hook (`threading.setprofile`)"],
+        [
+            CHEAT + "the solution imports a module by a name computed at run time (`__import__`)",
+            "the solution installs a profile or trace hook (`threading.setprofile`)",
+        ],
     ),
     ("adv_wrap_partial", SDPA, [CALLED]),
     ("adv_wrap_singledispatch", SDPA, [CALLED]),
@@ -317,7 +322,9 @@ def test_a_notebook_that_rebinds_the_grader_scores_zero_on_every_task(graded):
     reason = "the notebook reaches into the grader's own code (`attention_course.grading.cheats`)"
     assert grade.score == 0, grade.table()
     for task in grade.tasks:
-        assert task.reason.startswith(CHEAT + reason), task.reason
+        # the reference it handed over is a stub: that task names it first
+        first = CALLED if task.name == SDPA else CHEAT + reason
+        assert task.reason.startswith(first) and reason in task.reason, task.reason
 
 
 def test_the_grader_s_modules_are_flagged_in_any_cell():

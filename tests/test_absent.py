@@ -235,6 +235,7 @@ def test_the_attacks_are_all_here():
     assert len(ATTACKS) == 11, ATTACKS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ATTACKS)
 def test_calling_the_absent_reference_earns_nothing_and_is_named(graded, name):
     grade = graded[name]
@@ -256,6 +257,7 @@ def test_calling_the_absent_reference_earns_nothing_and_is_named(graded, name):
     assert not any("code-08" == c["id"] for c in grade["cell_problems"]), grade
 
 
+@pytest.mark.slow
 def test_the_student_copy_is_not_implemented_not_absent(graded):
     grade = graded["student_copy"]
     assert grade["score"] == 0, grade

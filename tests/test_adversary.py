@@ -2,24 +2,27 @@
 
 1. the task list was read from the submission, which a student can edit;
 2. a class built on the reference (``class LayerNorm(ac.LayerNorm): pass``) passed;
-3. solution code could switch the dynamic watch off (``sys.setprofile(None)``);
+3. solution code could switch the in-kernel watch off (``sys.setprofile(None)``);
 4. a standard-library wrapper (``functools.partial``, ``singledispatch``, a thread pool)
    hid the student's call of the reference.
+
+Holes 2-4 are now closed by absence, not by a watch (issue #25): in the sandbox the
+reference is a stub (`attention_course.grading.absent`), so a class built on it cannot
+be defined, and a call of it by any wrapper raises NotAvailableWhileGrading
+(`tests/test_absent.py` has every other way of reaching it).
 
 The adversarial notebooks are ``tests/fixtures/adv_*.ipynb.json`` (written by
 ``tests/fixtures/make_adversarial.py``, function ``holes``); most put the cheat in a cell
 of its own after the check cell, which the static scan did not read. Each was a false pass
 before (full or inflated marks); each now scores 0 on the cheating task with the reason
 named, while the solved twin it was made from keeps full marks. Static checks need no
-kernel; each notebook that does is graded once (about 5 s each on two cores).
+kernel; each notebook that does is graded once, in the sandbox (bubblewrap).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,16 +30,9 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
-import torch  # noqa: E402
-
-import attention_course as ac  # noqa: E402
 from attention_course.grading import grade as grading  # noqa: E402
-from attention_course.grading.cheats import (  # noqa: E402
-    WATCH_OFF,
-    built_on_reference,
-    scan_notebook,
-    watch_calls,
-)
+from attention_course.grading import isolation  # noqa: E402
+from attention_course.grading.cheats import scan_notebook  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -138,12 +134,12 @@ def test_a_solution_cell_without_its_metadata_is_still_scanned():
     }
 
 
-def test_the_static_scan_names_what_switches_the_watch_off():
+def test_the_static_scan_names_a_profile_hook():
     thread = _findings("adv_watch_thread", SDPA)
     assert ("watch", "threading.setprofile") in {(f.kind, f.what) for f in thread}
     watch = next(f for f in thread if f.kind == "watch")
     assert watch.message().startswith(
-        "the solution switches off the grader's watch (`threading.setprofile`)"
+        "the solution installs a profile or trace hook (`threading.setprofile`)"
     )
     # spelled by a computed name: the grader cannot follow it
     off = _findings("adv_watch_off", SDPA)
@@ -174,71 +170,14 @@ def test_watch_switches_in_the_solution_cell(line, what):
     assert [(f.kind, f.what) for f in findings] == [("watch", what)], findings
 
 
-# ================================================================ the watch, in this process
-
-
-def _inputs():
-    g = torch.Generator().manual_seed(0)
-    return [torch.randn(1, 3, 4, generator=g) for _ in range(3)]
-
-
-@pytest.mark.parametrize(
-    "wrap",
-    [
-        functools.singledispatch,
-        lambda f: functools.lru_cache(maxsize=None)(lambda *a: f(*a)),
-        lambda f: lambda *a: next(map(f, *([x] for x in a))),
-    ],
-    ids=["singledispatch", "lru_cache", "map"],
-)
-def test_a_wrapper_of_the_standard_library_hides_nothing(wrap):
-    solve = wrap(ac.scaled_dot_product_attention)
-    with watch_calls() as seen:
-        solve(*_inputs())
-    assert seen == [SDPA_REF]
-
-
-def test_the_reference_inside_itself_is_not_a_call_of_the_students():
-    model = ac.MultiHeadAttention(4, 2)
-    x = torch.randn(1, 3, 4)
-    with watch_calls(allowed=["MultiHeadAttention"]) as seen:
-        model(x, x, x)  # its forward calls scaled_dot_product_attention
-    assert seen == []
-
-
-def test_a_watch_switched_off_is_reported():
-    with watch_calls() as seen:
-        sys.setprofile(None)
-        ac.scaled_dot_product_attention(*_inputs())  # unseen
-    assert seen == [WATCH_OFF + "sys.setprofile"]
-    with watch_calls() as seen:
-        getattr(sys, "setpro" + "file")(sys.getprofile())  # put back: seen when called
-    assert seen == [WATCH_OFF + "sys.setprofile"]
-
-
-def test_built_on_reference():
-    from attention_course.norms import LayerNorm
-
-    class Mine(LayerNorm):
-        pass
-
-    class Honest(torch.nn.Module):
-        pass
-
-    assert built_on_reference(Mine) == (
-        "class test_built_on_reference.<locals>.Mine inherits from attention_course.norms.LayerNorm"
-    )
-    assert built_on_reference(Mine(3)) == built_on_reference(Mine)
-    assert built_on_reference(Mine, allowed=["LayerNorm"]) == ""  # a given building block
-    assert built_on_reference(Honest) == built_on_reference(LayerNorm(3)) == ""
-
-
 # ================================================================ graded in a kernel
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Each notebook graded once, when a test first asks for it."""
+    """Each notebook graded once, in the sandbox, when a test first asks for it."""
+    if isolation.bwrap() is None:  # pragma: no cover - CI installs bubblewrap
+        pytest.skip("bubblewrap is not installed")
     cache: dict = {}
 
     def grade(name: str, **options):
@@ -260,7 +199,9 @@ def _task(grade, name):
 
 
 CHEAT = "not the student's own code: "
-CALLED = f"while it was checked, the solution called `{SDPA_REF}`"
+ABSENT = "calls attention_course.{}, which is not available while grading: write it yourself"
+CALLED = ABSENT.format(SDPA)
+BUILT_ON = "it uses attention_course.{}, which is not available while grading"
 
 # fixture, cheating task, lines of its reason (each line, or the start of one)
 ATTACKS = [
@@ -270,36 +211,27 @@ ATTACKS = [
     (
         "adv_subclass_mha",
         "MultiHeadAttention",
-        [
-            CHEAT + "the solution is built on the reference `attention_course.MultiHeadAttention`",
-            "built on the reference: class MultiHeadAttention inherits from "
-            "attention_course.multihead.MultiHeadAttention",
-        ],
+        # the cell after the check cell that subclasses it fails (the reference is a
+        # stub); the student's unsolved class is checked, and the static scan names it
+        [CHEAT + "the solution is built on the reference `attention_course.MultiHeadAttention`"],
     ),
     (
         "adv_subclass_layernorm",
         "LayerNorm",
         [
+            BUILT_ON.format("LayerNorm"),
             "the solution is built on the reference `attention_course.norms.LayerNorm`",
-            "built on the reference: class LayerNorm inherits from "
-            "attention_course.norms.LayerNorm",
         ],
     ),
-    (
-        "adv_watch_off",
-        SDPA,
-        [
-            "watch switched off: while it was checked, the solution called `sys.setprofile`, "
-            "which switches off the grader's watch",
-        ],
-    ),
+    ("adv_watch_off", SDPA, [CALLED]),
+    # its worker thread swallows the stub's error (out[0] is then an IndexError): the
+    # static scan names what it does
     (
         "adv_watch_thread",
         SDPA,
         [
-            "the solution switches off the grader's watch (`threading.setprofile`)",
-            "watch switched off: while it was checked, the solution called "
-            "`threading.setprofile`, which switches off the grader's watch",
+            CHEAT + "the solution imports a module by a name computed at run time (`__import__`)",
+            "the solution installs a profile or trace hook (`threading.setprofile`)",
         ],
     ),
     ("adv_wrap_partial", SDPA, [CALLED]),
@@ -307,7 +239,7 @@ ATTACKS = [
     ("adv_wrap_executor", SDPA, [CALLED]),
     ("adv_wrap_methodcaller", SDPA, [CALLED]),
     # second round: a copy of the reference's code objects, the answer by its operator
-    ("adv_code_copy", SDPA, [CHEAT + CALLED]),
+    ("adv_code_copy", SDPA, [CALLED]),
     (
         "adv_aten_sdpa",
         SDPA,
@@ -352,7 +284,12 @@ def test_each_attack_scores_zero_with_a_named_reason(graded, name, task, reasons
     honest = graded(next(v for k, v in HONEST.items() if name.startswith(k)))
     assert grade.max_score == honest.max_score
     assert grade.score == honest.score - cheat.points, grade.table()
-    assert grade.notes == ([EDITED] if name.startswith("adv_tasks") else [])
+    assert _own_notes(grade) == ([EDITED] if name.startswith("adv_tasks") else [])
+
+
+def _own_notes(grade) -> list[str]:
+    """The grade's notes, less those on given cells that show an absent reference."""
+    return [n for n in grade.notes if not n.startswith("given cell ")]
 
 
 @pytest.mark.slow
@@ -360,14 +297,14 @@ def test_each_attack_scores_zero_with_a_named_reason(graded, name, task, reasons
 def test_the_honest_twins_keep_full_marks(graded, name):
     grade = graded(name)
     assert grade.passed and grade.score == grade.max_score, grade.table()
-    assert grade.notes == [] and all(not t.findings for t in grade.tasks)
+    assert _own_notes(grade) == [] and all(not t.findings for t in grade.tasks)
 
 
 @pytest.mark.slow
-def test_watch_off_is_denied_even_with_allow_builtins(graded):
-    # --allow-builtins makes the computed import a note; switching the watch off is not
+def test_calling_the_reference_is_denied_even_with_allow_builtins(graded):
+    # --allow-builtins makes the computed import a note; the reference is still absent
     cheat = _task(graded("adv_watch_off", allow_builtins=True), SDPA)
-    assert cheat.score == 0 and "watch switched off" in cheat.reason, cheat.reason
+    assert cheat.score == 0 and cheat.reason.startswith(CALLED), cheat.reason
 
 
 @pytest.mark.slow
@@ -377,14 +314,17 @@ def test_a_trusted_notebook_of_an_unknown_exercise_is_graded_on_its_own_list(gra
 
 
 @pytest.mark.slow
-def test_a_notebook_that_rebinds_the_watch_scores_zero_on_every_task(graded):
-    # a cell that no task uses rebinds `attention_course.grading.cheats.watch_calls` in the kernel
-    # (where the watch runs) and hands the reference over through `builtins`: 5/5 before
+def test_a_notebook_that_rebinds_the_grader_scores_zero_on_every_task(graded):
+    # a cell that no task uses rebinds `attention_course.grading.cheats.watch_calls` in the
+    # kernel (where the deleted watch ran) and hands the reference over through `builtins`:
+    # 5/5 before; the static scan flags the grader's modules in any cell
     grade = graded("adv_patch_watch")
     reason = "the notebook reaches into the grader's own code (`attention_course.grading.cheats`)"
     assert grade.score == 0, grade.table()
     for task in grade.tasks:
-        assert task.reason.startswith(CHEAT + reason), task.reason
+        # the reference it handed over is a stub: that task names it first
+        first = CALLED if task.name == SDPA else CHEAT + reason
+        assert task.reason.startswith(first) and reason in task.reason, task.reason
 
 
 def test_the_grader_s_modules_are_flagged_in_any_cell():
@@ -420,25 +360,6 @@ def test_operator_spellings_of_the_answer_are_flagged():
     assert _matches_builtin("torch._native_multi_head_attention", mha)
     for honest in ("torch.ops.aten.matmul", "torch.matmul", "torch.softmax", "torch._C._nn.linear"):
         assert _matches_builtin(honest, sdpa + norm + mha) is None, honest
-
-
-def test_a_copy_of_the_reference_s_code_is_the_reference():
-    import types
-
-    ref = ac.attention.masked_softmax
-    code = ref.__code__.replace(co_filename="<mine>")
-    copy = types.FunctionType(code, ref.__globals__)
-    scores = torch.randn(2, 3)
-    with watch_calls() as seen:
-        copy(scores, None)
-    assert seen[0] == "attention_course.attention.masked_softmax"  # then what it calls
-
-    def honest(scores, mask):
-        return torch.softmax(scores, -1)
-
-    with watch_calls() as seen:
-        honest(scores, None)
-    assert seen == []
 
 
 # ================================================================ no false alarms
@@ -477,42 +398,6 @@ def test_sys_modules_in_a_scratch_cell_counts_against_every_task():
 
 
 # ================================================================ objects the grader sends
-
-
-def _tiny_gpt():
-    torch.manual_seed(0)
-    return ac.GPT(vocab_size=11, d_model=8, num_heads=2, num_layers=1, max_len=8, ffn="none")
-
-
-def _use(model, tokens):  # a student's function: runs the model it is given
-    return model(tokens)
-
-
-def test_methods_of_a_sent_object_are_not_the_students_call():
-    """Exercise 17 sends a trained GPT to the student's function: running it is the task,
-    not a call of the reference; a GPT the student builds, a reference function, and a
-    reference method bound to the sent object are still seen."""
-    model, tokens = _tiny_gpt(), torch.randint(0, 11, (1, 5))
-    with watch_calls((), (), sent=[model]) as seen:
-        _use(model, tokens)
-    assert seen == []
-    with watch_calls((), ()) as seen:
-        _use(model, tokens)
-    assert any(name.startswith("attention_course.gpt.GPT") for name in seen), seen
-    with watch_calls((), (), sent=[model]) as seen:
-        _use(_tiny_gpt(), tokens)
-        ac.causal_mask(3)
-    assert any("GPT" in name for name in seen) and any("causal_mask" in n for n in seen), seen
-    norm = ac.LayerNorm(8)
-    bound = norm.forward.__func__.__get__(model)  # LayerNorm.forward with self = the sent GPT
-    model.weight, model.bias, model.eps = norm.weight, norm.bias, norm.eps
-    model.normalized_shape = norm.normalized_shape
-    with watch_calls((), (), sent=[model]) as seen:
-        try:
-            bound(torch.ones(2, 8))
-        except Exception:  # noqa: BLE001 - whether it computes does not matter here
-            pass
-    assert any("LayerNorm" in name for name in seen), seen
 
 
 @pytest.mark.slow
@@ -563,8 +448,8 @@ def _ffn_findings(scratch: str = ""):
 
 def test_an_activation_looked_up_by_name_is_not_a_finding():
     """``getattr(F, activation)`` is an everyday idiom (exercise 8 takes ``activation="relu"``
-    or ``"gelu"``); every answer built-in that ``torch.nn.functional`` and ``torch.nn`` hand
-    out is one the dynamic watch recognises when it is called, whatever name fetched it."""
+    or ``"gelu"``): a computed read of ``torch.nn.functional``, ``torch.nn`` or
+    ``torch.nn.init`` is no finding."""
     assert _ffn_findings() == {}
     assert (
         _ffn_findings(scratch="for name in ('ReLU', 'GELU'):\n    print(getattr(nn, name)())") == {}
@@ -581,16 +466,6 @@ def test_an_activation_looked_up_by_name_is_not_a_finding():
 def test_a_computed_read_of_another_module_is_still_a_finding(module):
     found = _ffn_findings(scratch=f"import sys\nname = 'x'\nprint(getattr({module}, name))")
     assert found and all(f.kind == "dynamic" for fs in found.values() for f in fs), found
-
-
-def test_the_message_of_a_built_in_the_watch_saw():
-    from attention_course.grading.cheats import Finding
-
-    finding = Finding("x", "called-builtin", -1, 0, "torch.nn.functional.softmax")
-    assert finding.message() == (
-        "while it was checked, the solution called the built-in "
-        "`torch.nn.functional.softmax`, which is the answer itself"
-    )
 
 
 def _soft_argmax_findings(solution: str, scratch: str):

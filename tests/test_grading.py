@@ -143,7 +143,10 @@ def test_missing_solution_cell_and_reference_import(tmp_path):
     nbformat.write(nb, path)
     grade = grading.grade_notebook(path, timeout=30)
     split, merge = grade.tasks[:2]
-    assert split.score == 0 and "reference imported from attention_course" in split.reason
+    # in the sandbox the reference is a stub: the check runs, and every call refuses
+    assert split.score == 0 and split.reason.startswith(
+        "calls attention_course.split_heads, which is not available while grading"
+    ), split.reason
     assert merge.score == 0
     assert merge.reason == (
         "`merge_heads` is not defined (the cell that defines it, 'merge_heads', was deleted)"

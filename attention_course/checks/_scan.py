@@ -109,7 +109,7 @@ class Finding:
                 " which switches off the grader's watch"
             )
         elif self.kind == "watch":
-            text = f"the solution switches off the grader's watch (`{self.what}`)"
+            text = f"the solution installs a profile or trace hook (`{self.what}`)"
         elif self.kind == "builtin" and self.via:
             text = (
                 f"the solution calls `{self.via}`, the operator behind the built-in "

@@ -5,6 +5,8 @@ the exercise notebooks, are the student's side. Here:
 
 * :mod:`.grade`: ``attention-course grade``, one submission or a class;
 * :mod:`.isolation`: each submission's kernel in its own operating-system sandbox;
+* :mod:`.absent`: the package as the sandbox sees it, with the references the exercise
+  does not hand out left out (stubs);
 * :mod:`.sandbox`: the checkers run in the grader, on proxies of the kernel's objects;
 * :mod:`.cheats`: the static scan of a submission's code;
 * :mod:`.gradebook`: results written as each submission is graded, and merged;

@@ -60,6 +60,7 @@ def _kernel_manager_class():
         memory_limit: int = DEFAULT_MEMORY_LIMIT
         scratch = None  # an isolation.Scratch: the kernel runs in a bwrap sandbox
         limits = None  # isolation.Limits for the sandbox
+        package = None  # the package folder the sandbox shows (the exercise's build)
 
         def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
             cmd = super().format_kernel_cmd(extra_arguments)
@@ -78,7 +79,7 @@ def _kernel_manager_class():
 
             limits = self.limits or isolation.Limits(memory=self.memory_limit)
             kernel = [cmd[0], "-m", "attention_course.grading._kernel", *limits.kernel_arguments()]
-            return isolation.command([*kernel, "--", *cmd[3:]], self.scratch)
+            return isolation.command([*kernel, "--", *cmd[3:]], self.scratch, self.package)
 
         def kernel_pid(self) -> int | None:
             """The kernel's process id (in a sandbox: the kernel's, not bwrap's)."""
@@ -169,11 +170,16 @@ def _kernel_manager_class():
 
 
 def grader_kernel_manager(
-    memory_limit: int = DEFAULT_MEMORY_LIMIT, scratch=None, limits=None, **options: Any
+    memory_limit: int = DEFAULT_MEMORY_LIMIT,
+    scratch=None,
+    limits=None,
+    package=None,
+    **options: Any,
 ):
     """A kernel manager for grading: this interpreter's ``python3`` kernel, ``memory_limit``
     bytes of memory, IPC transport. ``scratch`` (an `isolation.Scratch`): the kernel runs
-    in a bwrap sandbox whose only writable folder that is, under ``limits``."""
+    in a bwrap sandbox whose only writable folder that is, under ``limits``, and sees
+    ``package`` (the exercise's build, `attention_course.grading.absent`) as the package."""
     import tempfile
     import uuid
 
@@ -194,7 +200,7 @@ def grader_kernel_manager(
         **options,
     )
     km.memory_limit = int(memory_limit)
-    km.scratch, km.limits = scratch, limits
+    km.scratch, km.limits, km.package = scratch, limits, package
     return km
 
 

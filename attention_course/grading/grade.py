@@ -28,11 +28,18 @@
    Inputs written out by hand are the same for every seed; a verdict does not depend on it.
 3. Each task scores ``points x report.score``. What could not run scores zero, with the
    reason: not defined (and why: the cell that defines it raised, or timed out, or was
-   deleted, or killed the kernel), the reference imported instead of the student's own
-   code, a check that ran over its time limit (the call is interrupted), a kernel that
-   died during the check or did not come back after an interrupt. A solution that
-   calls the reference or the built-in that is the answer scores 0
-   (`attention_course.grading.cheats`; ``--allow-builtins`` makes a built-in a note).
+   deleted, or killed the kernel), a check that ran over its time limit (the call is
+   interrupted), a kernel that died during the check or did not come back after an
+   interrupt. In the sandbox the kernel sees the exercise's build of the package
+   (`attention_course.grading.absent`), where every reference the exercise does not hand
+   out is a stub: a solution that calls one scores 0, "calls attention_course.X, which
+   is not available while grading", and a given cell that stops at one (a demonstration
+   of the reference) is a note, not the student's problem. Absence holds only in the
+   sandbox: with ``--no-sandbox``, and for the few targets that must stay real in their
+   build (`absent.real_targets`), a candidate that *is* the reference scores 0 as "the
+   reference imported". The static scan (`attention_course.grading.cheats`) scores 0 a
+   solution that names the reference or the built-in that is the answer
+   (``--allow-builtins`` makes a built-in a note).
 4. The table shows, for each task that lost points, the first failing case with its
    whole message: the first line on the task's row, then the lines that name the
    mistake ("Likely mistake: ...", "Hint: ...") or the line of code that raised,
@@ -89,7 +96,9 @@ class CellRun:
 
     index: int
     id: str
-    status: str  # "ok", "error", "timeout", "died" (killed the kernel), "skipped", "not run"
+    # "ok", "error", "timeout", "died" (killed the kernel), "skipped", "not run", "absent" (a
+    # given cell that stopped at a reference the sandbox leaves out: not the student's)
+    status: str
     error: str = ""
 
 
@@ -461,8 +470,10 @@ class _Runner:
         memory_limit: int = DEFAULT_MEMORY_LIMIT,
         scratch=None,
         limits=None,
+        package=None,
     ):
         self.nb = nb
+        self.package = package  # the exercise's build of the package (absent.build)
         self.timeout = timeout
         self.kernel_name = kernel_name
         self.memory_limit = memory_limit
@@ -498,7 +509,9 @@ class _Runner:
         if self.kernel_name == KERNEL_NAME:
             import subprocess
 
-            self.client.km = grader_kernel_manager(self.memory_limit, self.scratch, self.limits)
+            self.client.km = grader_kernel_manager(
+                self.memory_limit, self.scratch, self.limits, self.package
+            )
             # The kernel's own stdout/stderr (not the cells' outputs, which come as
             # messages) would land on the grader's terminal: ipykernel's warnings, a
             # forked child's complaints, C libraries' messages.
@@ -609,14 +622,17 @@ def grade_notebook(
     """Execute and grade one submission.
 
     ``memory_limit`` bytes of memory for the kernel (0: none). A solution that
-    calls the reference or the built-in that is the answer scores 0 unless
-    ``allow_builtins``, which turns that into a note. The tasks are the exercise's
+    calls a reference absent from the sandbox's build scores 0; one that names the
+    reference or the built-in that is the answer (the static scan) too, unless
+    ``allow_builtins``, which turns a built-in into a note. The tasks are the exercise's
     released ones (`tasks_to_grade`; ``trust_notebook``: the notebook's own). Raises
     :class:`UnknownExercise` for a notebook of no released exercise, and nothing else
     because of the submission.
 
     ``sandbox``: the kernel runs in a bubblewrap sandbox (`attention_course.grading.isolation`)
-    that sees a copy of this one notebook and nothing else of the machine's files; raises
+    that sees a copy of this one notebook, and the exercise's build of the package in
+    which the reference is absent (`attention_course.grading.absent`), and nothing else
+    of the machine's files (``sandbox=False``: the real package, unconfined); raises
     :class:`isolation.SandboxUnavailable` when no sandbox can be made. ``limits``: the
     sandbox's `isolation.Limits` (default: ``memory_limit`` and the defaults).
 
@@ -626,7 +642,7 @@ def grade_notebook(
     import nbformat
     from nbclient.exceptions import DeadKernelError
 
-    from .cheats import allowed_names, dependencies, scan_notebook
+    from .cheats import allowed_names, dependencies, given_code, scan_notebook
     from .release import released_given
 
     path = Path(path)
@@ -647,14 +663,22 @@ def grade_notebook(
         )
         for t in tasks
     ]
-    scratch = None
+    scratch = package = None
+    real: set[str] = set()  # the exercise's targets that are real in its build
     if sandbox and kernel_name == KERNEL_NAME:
-        from . import isolation
+        from . import absent, isolation
 
         isolation.require([path.resolve().parent])
+        # the package as the sandbox sees it: only what the exercise hands out is real
+        handed = given if given is not None else given_code(nb)
+        package = absent.for_run().get(exercise, handed)
+        real = absent.for_run().real_targets(exercise, tasks, handed)
         scratch = isolation.Scratch(path)
         limits = limits or isolation.Limits(memory=memory_limit)
-    runner = _Runner(nb, path.parent.resolve(), timeout, kernel_name, memory_limit, scratch, limits)
+    runner = _Runner(
+        nb, path.parent.resolve(), timeout, kernel_name, memory_limit, scratch, limits, package
+    )
+    given_cells = _given_cells(nb, given)
     died: list[int] = []  # the cells that killed the kernel, in order
     from .sandbox import KernelLost, warm_up
 
@@ -686,6 +710,14 @@ def grade_notebook(
                 status = "died"
                 error += "; it could not be interrupted (a loop in compiled code?), so the "
                 error += "kernel was restarted"
+            if status == "error" and index in given_cells and error.startswith(ABSENT_ERROR):
+                # a given cell that shows a reference the sandbox leaves out (exercise
+                # 05 prints `ac.causal_mask(4)`): not the student's problem
+                status = "absent"
+                notes.append(
+                    f"given cell {index} shows the reference, which is absent while grading "
+                    f"({error.removeprefix(ABSENT_ERROR + ': ')})"
+                )
             runs[index] = CellRun(index, cell_id, status, error)
             if status == "died":
                 died.append(index)
@@ -693,7 +725,7 @@ def grade_notebook(
                     runner.restart()
                 else:
                     runner.restarts += 1  # the remaining cells are not run
-            elif status in ("ok", "error"):
+            elif status in ("ok", "error", "absent"):
                 runner.replay.append(index)
         if runner.restarts > MAX_RESTARTS:
             runner.restart()  # the tasks are still graded, on what ran
@@ -701,6 +733,8 @@ def grade_notebook(
         warming.join()
         for task, grade in zip(tasks, grades, strict=True):
             task = {**task, "allowed": allowed_names(nb, task, given), **_policy(task)}
+            # in the sandbox the reference is a stub, unless the build must keep it real
+            task["absent"] = scratch is not None and task["name"] not in real
             try:
                 result = _grade_task(runner, task, check_timeout, seed)
             except KernelLost as error:
@@ -756,7 +790,11 @@ def _fill(
         grade.reason = f"the grader could not run the check ({error or 'no result'})"
         return
     if result["status"] == "missing":
-        grade.reason = f"`{grade.name}` is not defined" + _why_missing(task, nb, cell_index, runs)
+        why = _why_missing(task, nb, cell_index, runs)
+        found = _ABSENT.search(why)
+        if found:  # its cell stopped at a reference that is absent (a class built on it)
+            why += f"\nit uses {found.group(1)}, {ABSENT_REASON}"
+        grade.reason = f"`{grade.name}` is not defined" + why
         return
     if result["status"] == "reference":
         grade.reason = (
@@ -776,12 +814,56 @@ def _fill(
     grade.passed = bool(report["passed"])
     grade.score = round(grade.points * grade.fraction, 2)
     failing = [r for r in report["results"] if not r["passed"]]
+    absent = [r for r in failing if _ABSENT.search(r["message"] or "")]
+    if absent:
+        # It called a reference that the sandbox leaves out (a stub there): the work is
+        # not the notebook's own, whatever the other cases gave.
+        name = _ABSENT.search(absent[0]["message"]).group(1)
+        lost = grade.score
+        grade.score, grade.fraction, grade.passed = 0.0, 0.0, False
+        grade.reason = (
+            f"calls {name}, {ABSENT_REASON}: write it yourself "
+            f"({len(absent)} of {len(report['results'])} cases reached it, first "
+            f"{absent[0]['name']})"
+            + (f"\n(the other cases alone would give {lost:g}/{grade.points:g})" if lost else "")
+        )
+        return
     if failing:
         # The whole message, not only its first line: the lines below it name the
         # mistake ("Likely mistake: ...", "Hint: ...") or the line of code that raised.
         first = failing[0]
         message = (first["message"] or "").strip()
         grade.reason = first["name"] + (f": {message}" if message else "")
+
+
+ABSENT_ERROR = "NotAvailableWhileGrading"  # what a stub of the sandbox's build raises
+_ABSENT = re.compile(r"(attention_course[\w.]*) is not available while grading")
+ABSENT_REASON = "which is not available while grading"  # in a reason: it reached a stub
+
+
+def _given_cells(nb: NotebookNode, given: dict | None) -> set[int]:
+    """The code cells the exercise gives verbatim: every top-level statement is one the
+    released student copy has (``given``'s ``statements``); without a record (an
+    instructor's notebook), the cells that are neither solution nor check cells."""
+    from .absent import parse
+    from .cheats import _source, _statement_hash
+
+    out = set()
+    for index, cell in enumerate(nb.cells):
+        meta = _nbgrader(cell)
+        if cell.cell_type != "code" or meta.get("solution") or meta.get("grade"):
+            continue
+        if given is None:
+            out.add(index)
+            continue
+        try:
+            body = parse(_source(cell)).body
+        except (SyntaxError, ValueError):
+            continue
+        statements = set(given.get("statements", ()))
+        if body and all(_statement_hash(node) in statements for node in body):
+            out.add(index)
+    return out
 
 
 def _apply_findings(
@@ -792,22 +874,14 @@ def _apply_findings(
     forbidden: Sequence[str] | None = None,
 ) -> None:
     """Score 0 (or, for built-ins with ``allow_builtins``, a note) for code that is not
-    the student's own: the static findings, and what the dynamic watch saw called.
+    the student's own, as the static scan found it (`attention_course.grading.cheats`).
 
     ``forbidden`` is the task's policy record (`attention_course.checks._policy`): a
     built-in the task's checker declares as its answer but the task does not forbid is a
     note for the instructor, never a zero (None: every answer built-in is forbidden)."""
-    from .cheats import ALWAYS_DENIED, INHERITS, REFERENCE, WATCH_OFF, Finding
+    from .cheats import ALWAYS_DENIED
 
     findings = list(findings)
-    for what in (result or {}).get("called", []):
-        if what.startswith(WATCH_OFF):
-            kind, what = "watch", what.removeprefix(WATCH_OFF)
-        elif what.startswith(INHERITS):
-            kind, what = "inherits", what.removeprefix(INHERITS)
-        else:
-            kind = "called" if what.startswith(REFERENCE) else "called-builtin"
-        findings.append(Finding(grade.id, kind, -1, 0, what))
     if not findings:
         return
     grade.findings = [f.to_dict() for f in findings]
@@ -830,7 +904,8 @@ def _apply_findings(
         lost = grade.score
         grade.score, grade.fraction, grade.passed = 0.0, 0.0, False
         text = "\n".join(f.message() for f in denied)
-        if grade.report is None and grade.reason:  # not checked: keep why, add the findings
+        absent = ABSENT_REASON in grade.reason  # 0 already: it called a stub
+        if (grade.report is None or absent) and grade.reason:  # keep why, add the findings
             grade.reason += "\n" + text
             return
         grade.reason = (
@@ -1058,6 +1133,10 @@ def run(args: argparse.Namespace) -> int:
 
     if getattr(args, "seed", None) is None:
         args.seed = draw_seed()  # one fresh seed for the whole run, recorded in each result
+    if not getattr(args, "no_sandbox", False):
+        from . import absent
+
+        absent.prepare()  # the package parsed once, before the grading threads start
     paths, skipped = gradebook.find_files(args.submission)
     roster = gradebook.read_roster(args.roster) if getattr(args, "roster", None) else {}
     results = gradebook.Results(args.out) if getattr(args, "out", None) else None

@@ -11,7 +11,9 @@ Flatpak uses), where the submission cannot reach what it must not touch:
 * an unprivileged user inside (uid and gid 65534, "nobody"), with no capabilities;
 * a read-only view of the system (``/usr``, a few files of ``/etc``, the Python installation, the
   virtual environment) and of the package (bound alone at ``/opt/attention-course``,
-  never the repository around it), and nothing else: not the class folder, not the
+  never the repository around it; when grading, the exercise's build of it, in which
+  only what the exercise hands out is real: `attention_course.grading.absent`), and
+  nothing else: not the class folder, not the
   other submissions, not the repository's ``exercises/solutions/``, not the grader's
   outputs (CSV, JUnit, JSON), not the home folder;
 * one private writable folder (:class:`Scratch`): a copy of the one notebook being
@@ -172,7 +174,10 @@ def command(kernel_cmd: list[str], scratch: Scratch, package: Path | None = None
     """``kernel_cmd`` wrapped in ``bwrap``: the sandbox of one submission.
 
     ``package``: the package folder to show at ``/opt/attention-course`` (default: the
-    one the grader runs).
+    one the grader runs): the exercise's build (`attention_course.grading.absent.build`),
+    in which the references the exercise does not hand out are absent. The build also
+    covers the real package where a read-only bind would show it (installed into the
+    environment's site-packages).
     """
     exe = bwrap()
     if exe is None:
@@ -192,8 +197,14 @@ def command(kernel_cmd: list[str], scratch: Scratch, package: Path | None = None
     for path in ETC_FILES:
         if os.path.exists(path):
             args += ["--ro-bind", path, path]
-    for source, destination in _read_only_paths():
+    binds = _read_only_paths()
+    for source, destination in binds:
         args += ["--ro-bind", source, destination]
+    real = str(_package_dir())
+    if package is not None and any(real.startswith(d.rstrip("/") + "/") for _, d in binds):
+        # the package installed into a bound environment (site-packages): its build hides
+        # it there too, so that the reference is absent by any path
+        args += ["--ro-bind", str(package), real]
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--bind", str(scratch.root), str(scratch.root)]
     args += ["--ro-bind", str(package or _package_dir()), f"{PACKAGE_MOUNT}/attention_course"]

@@ -45,6 +45,12 @@ What crosses the boundary, so that the checkers see what they would see in-proce
 * an exception comes back as one of the same name and message, with the student's
   line, so that ``describe_exception`` writes the same text.
 
+Nothing here watches what the student's code calls: in the sandbox the kernel imports
+the exercise's build of the package (`attention_course.grading.absent`), where every
+reference the exercise does not hand out is a stub that raises NotAvailableWhileGrading,
+so a candidate that calls one fails its cases (and the grader says which reference it
+called). The server part (:func:`serve` and what it uses) is real in every build.
+
 A call that runs over its limit interrupts the kernel; a kernel that does not come back
 makes :class:`KernelLost` (``reason`` says "hung" or "died"), for the grader to report.
 """
@@ -230,10 +236,6 @@ class _Server:
         self.hooks: dict[int, object] = {}
         self.events: list = []
         self.sent_modules: list = []  # the grader's modules passed to the current call
-        # what the grader asked to watch for (answer built-ins, allowed reference names),
-        # and the reference or answer built-ins the student's code was seen calling
-        self.watch: tuple[list, list] | None = None
-        self.called: list[str] = []
 
     # -- encoding what goes back
     def ref(self, obj: object) -> tuple:
@@ -383,12 +385,6 @@ class _Server:
             return ("ok", ("v", bool(self.objects[request[1]])))
         if op == "call":
             return self.call(*request[1:])
-        if op == "watch":
-            self.watch = ([str(n) for n in request[1]], [str(n) for n in request[2]])
-            self.called = []
-            return ("ok", ("v", None))
-        if op == "called":
-            return ("ok", ("list", [("v", name) for name in self.called]))
         if op == "backward":
             return self.backward(request[1], request[2])
         if op == "hook":
@@ -416,17 +412,10 @@ class _Server:
         dtype = torch.get_default_dtype()
         torch.set_default_dtype(getattr(torch, options["dtype"].removeprefix("torch.")))
         self.events = []
-        if self.watch is not None:  # a class of the student's built on the reference
-            from .cheats import INHERITS, built_on_reference
-
-            found = built_on_reference(self.objects[key], self.watch[1])
-            if found and INHERITS + found not in self.called:
-                self.called.append(INHERITS + found)
         try:
             with (
                 torch.set_grad_enabled(options["grad"]),
                 _forbidden(options["forbid"]),
-                self._watching(),
                 _recording(bool(options.get("sizes"))) as largest,
             ):
                 if method == "__iter__":
@@ -467,21 +456,6 @@ class _Server:
                 "largest": None if largest is None else largest.largest.as_wire(),
             },
         )
-
-    @contextlib.contextmanager
-    def _watching(self):
-        """Record the reference and answer built-ins called from the student's code
-        (:func:`attention_course.grading.cheats.watch_calls`) while a call runs, when asked to."""
-        if self.watch is None:
-            yield
-            return
-        from .cheats import watch_calls
-
-        with watch_calls(*self.watch, sent=self.sent_modules) as called:
-            try:
-                yield
-            finally:
-                self.called += [name for name in called if name not in self.called]
 
     def backward(self, call_id: int, grads: list) -> tuple:
         inputs, outputs = self.calls[call_id]
@@ -563,9 +537,7 @@ class _forbidden:
                     return _original(*args, **kwargs)
                 raise _error(_message)
 
-            # One code object per refused function: the grader's watch for answer built-ins
-            # knows a function by its code, and guards sharing one code would all count
-            # as the first (a numpy function refused as F.scaled_dot_product_attention).
+            # its own name in a traceback: the refused function, not a shared "guard"
             guard.__code__ = guard.__code__.replace(co_name=f"refused_{module_name}_{attr}")
             self.saved.append((owner, attr, original))
             setattr(owner, attr, guard)
@@ -1383,31 +1355,27 @@ def grade_task(client: Client, task: dict, timeout: float, seed: int = 0) -> dic
         return {"status": "crashed", "error": f"{type(error).__name__}: {error}"}
     if candidate is MISSING:
         return {"status": "missing"}
-    if module.split(".")[0] == "attention_course":
+    if module.split(".")[0] == "attention_course" and not task.get("absent"):
+        # The reference itself, where it is real in the kernel: a run without the
+        # sandbox, or a target the exercise hands out (`absent.real_targets`). Elsewhere
+        # the reference is a stub in the sandbox (`attention_course.grading.absent`): the
+        # check runs, and each call raises NotAvailableWhileGrading.
         return {"status": "reference", "module": module}
+    from ..checks._runner import limits_in_wall_time
+
     if task["kind"] == "quiz":
-        from ..checks._runner import limits_in_wall_time
         from ..quiz import check_quiz
 
         with limits_in_wall_time():
             report = check_quiz(
                 task["question"], candidate, timeout=_wall(client, timeout), seed=seed
             )
-        called: list = []
     else:
         from .. import checks
-        from ..checks._runner import limits_in_wall_time
 
         check = getattr(checks, task["checker"])
-        # The kernel watches for the reference and the answer built-ins while it runs the
-        # student's code, and reports a watch switched off or a class built on the
-        # reference (`attention_course.grading.cheats.watch_calls`, `built_on_reference`).
-        builtins = list(getattr(check, "answer_builtins", ()))
-        client.request(("watch", builtins, list(task.get("allowed", ()))))
         with limits_in_wall_time():
             report = check(candidate, timeout=_wall(client, timeout), seed=seed)
-        called = client.decode(client.request(("called",))[1]) if client.lost is None else []
     if client.lost is not None:
         raise client.lost
-    names = [str(n) for n in called if isinstance(n, str)] if isinstance(called, list) else []
-    return {"status": "graded", "report": report.to_dict(), "called": names}
+    return {"status": "graded", "report": report.to_dict()}

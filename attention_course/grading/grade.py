@@ -61,6 +61,7 @@ import re
 import secrets
 import sys
 import textwrap
+import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -392,6 +393,9 @@ def draw_seed() -> int:
     return secrets.randbelow(2**31 - 1) + 1
 
 
+_CHECKS_ONE_AT_A_TIME = threading.Lock()
+
+
 def _grade_task(runner: _Runner, task: dict, check_timeout: float, seed: int = 0) -> dict:
     """Grade one task: the checker runs here, on proxies of the kernel's objects.
 
@@ -414,7 +418,9 @@ def _grade_task(runner: _Runner, task: dict, check_timeout: float, seed: int = 0
         cpu=getattr(runner.client.km, "cpu_seconds", None),
     )
     try:
-        with session as client:
+        # One task's checks at a time in this process: they seed and draw from torch's
+        # global random state (dropout cases), which `--jobs` grading threads share.
+        with _CHECKS_ONE_AT_A_TIME, session as client:
             result = sandbox.grade_task(client, task, check_timeout, seed)
     except sandbox.KernelLost:
         raise

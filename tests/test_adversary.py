@@ -547,8 +547,14 @@ def test_a_statement_the_exercise_gives_is_not_the_students_use_of_the_reference
         if "model = ac.GPT(" in cell.source:
             cell.source += "\nprint(model)"
     assert scan_notebook(nb, tasks, given) == {}
-    for cell in nb.cells:  # a different model built by the student is the reference
-        cell.source = cell.source.replace("model = ac.GPT(V,", "model = ac.GPT(V + 0,")
+    # a model built by the student is the reference (an edited `model = ...` line would not
+    # do here: a later given cell binds `model` again, and the scan judges the last binding)
+    _replace_solution(
+        nb,
+        "uniform_loss",
+        "mine = ac.GPT(V + 0, d_model=32, num_heads=2, num_layers=1, max_len=32)\n\n"
+        "def uniform_loss():\n    return math.log(mine.head.out_features)\n",
+    )
     found = scan_notebook(nb, tasks, given)
     assert [f.what for f in found["uniform_loss"]] == ["attention_course.GPT"], found
 

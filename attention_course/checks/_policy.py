@@ -7,17 +7,17 @@ built-ins it forbids (``forbidden``: the dotted paths the checker declares with
 exercise gives (its released ``exercise_given.json`` record: what its given cells import;
 any other reference, and always the package's own reference of the task's target, is not
 allowed: exercise 14's task 1 may not call the package's ``apply_rope``, even though the
-notebook imports it for task 3). The task's statement quotes the forbidden built-ins
+notebook imports it for task 4). The task's statement quotes the forbidden built-ins
 (`tests/test_policy.py` checks that).
 
 Both sides run the same static scan (`attention_course.checks._scan`) over the code
 the notebook defines:
 
 * the check cell, on the cells the kernel ran (IPython's ``In``): a solution that uses a
-  forbidden built-in, or its own target's reference, fails with one case saying which
-  line, and scores 0;
+  forbidden built-in, or a reference the exercise does not hand out, fails with one case
+  saying which line, and scores 0;
 * the grader (`attention_course.grading.grade`), on the submitted notebook's cells, with
-  the released record: the same finding, the same message, 0 points.
+  the same record: the same finding, the same message, 0 points.
 
 Outside a notebook (a candidate from a module, as in the tests) the check cell has no
 cells to scan and the policy is the grader's alone.
@@ -30,14 +30,12 @@ import sys
 from collections.abc import Sequence
 from types import SimpleNamespace
 
-POLICY_KINDS = ("builtin", "reference")  # findings that cost the task its points
-
 
 def policy_record(checker: object) -> dict:
-    """The task's policy, as ``release`` writes it into the task's record:
-    ``{"answer_builtins": [...], "forbidden": [...]}`` (the built-ins that are the answer,
-    and those of them the task forbids: all, or none for a checker with ``forbid=False``,
-    whose uses are notes for the instructor)."""
+    """The task's policy, as the grader (``grade._policy``) and the check cell read it
+    from the task's checker: ``{"answer_builtins": [...], "forbidden": [...]}`` (the
+    built-ins that are the answer, and those of them the task forbids: all, or none for a
+    checker with ``forbid=False``, whose uses are notes for the instructor)."""
     answers = sorted(getattr(checker, "answer_builtins", ()))
     return {
         "answer_builtins": answers,

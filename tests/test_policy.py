@@ -216,6 +216,15 @@ def _cells(nb: dict) -> list[str]:
     return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
 
 
+def _solution_index(nb: dict, task: dict) -> int:
+    """The index of ``task``'s solution cell in the notebook ``nb`` (as JSON)."""
+    return next(
+        i
+        for i, c in enumerate(nb["cells"])
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == task["solution_cell"]
+    )
+
+
 def _check_cell_verdict(monkeypatch, cells: list[str], task: dict) -> str:
     """What the check cell's policy says of ``task`` in a kernel that ran ``cells``."""
     monkeypatch.setattr(sys.modules["__main__"], "In", ["", *cells], raising=False)
@@ -301,11 +310,7 @@ def test_the_package_rope_given_for_one_task_is_not_allowed_in_another(monkeypat
     exercise = "14_positions_that_generalise"
     nb = json.loads((ROOT / "exercises" / "solutions" / f"{exercise}.ipynb").read_text())
     task = next(t for t in tasks[exercise] if t["name"] == "apply_rope")
-    cell = next(
-        c
-        for c in nb["cells"]
-        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == task["solution_cell"]
-    )
+    cell = nb["cells"][_solution_index(nb, task)]
     cell["source"] = (
         "def apply_rope(x, positions=None, base=10000.0):\n"
         "    return package_rope(x, positions, base)\n"
@@ -341,11 +346,7 @@ def test_a_notebook_that_defines_a_task_twice_is_judged_on_the_last_definition(m
     exercise = "01_attention_over_sets"
     nb = json.loads((ROOT / "exercises" / "solutions" / f"{exercise}.ipynb").read_text())
     task = next(t for t in tasks[exercise] if t["name"] == "soft_argmax")
-    index = next(
-        i
-        for i, c in enumerate(nb["cells"])
-        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == task["solution_cell"]
-    )
+    index = _solution_index(nb, task)
     extra = {"cell_type": "code", "id": "again", "metadata": {}, "outputs": []}
     extra["execution_count"] = None
     nb["cells"][index]["source"] = SOFTMAX if last == "own" else OWN
@@ -405,11 +406,7 @@ def test_the_grader_also_judges_the_last_binding(monkeypatch):
     exercise = "01_attention_over_sets"
     nb = json.loads((ROOT / "exercises" / "solutions" / f"{exercise}.ipynb").read_text())
     task = next(t for t in tasks[exercise] if t["name"] == "soft_argmax")
-    index = next(
-        i
-        for i, c in enumerate(nb["cells"])
-        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == task["solution_cell"]
-    )
+    index = _solution_index(nb, task)
     lazy = "soft_argmax = lambda s, beta=1.0, dim=-1: torch.softmax(beta * s, dim=dim)\n"
     cell = {"cell_type": "code", "id": "lazy", "metadata": {}, "outputs": []}
     cell["execution_count"] = None

@@ -224,14 +224,14 @@ ATTACKS = [
         ],
     ),
     ("adv_watch_off", SDPA, [CALLED]),
-    # its worker thread swallows the stub's error (out[0] is then an IndexError): the
-    # static scan names what it does
+    # its worker thread swallows the stub's error (out[0] is then an IndexError); what
+    # the static scan sees (a computed import, a hook) are notes for the instructor
     (
         "adv_watch_thread",
         SDPA,
         [
-            CHEAT + "the solution imports a module by a name computed at run time (`__import__`)",
-            "the solution installs a profile or trace hook (`threading.setprofile`)",
+            "3-D inputs, T != S, d_k != d_v: scaled_dot_product_attention(query, key, value) "
+            "raised IndexError"
         ],
     ),
     ("adv_wrap_partial", SDPA, [CALLED]),
@@ -285,6 +285,38 @@ def test_each_attack_scores_zero_with_a_named_reason(graded, name, task, reasons
     assert grade.max_score == honest.max_score
     assert grade.score == honest.score - cheat.points, grade.table()
     assert _own_notes(grade) == ([EDITED] if name.startswith("adv_tasks") else [])
+    assert _scan_notes(cheat) == SCAN_NOTES.get(name, []), cheat.notes
+
+
+# What the static scan sees that the policy does not forbid: notes for the instructor,
+# never points (in the sandbox the references are absent: such code is graded by what it
+# does)
+SCAN_NOTE = "in the sandbox the references are absent, so it was graded by what it does)"
+SCAN_NOTES = {
+    "adv_watch_thread": [
+        "the solution imports a module by a name computed at run time (`__import__`), "
+        "which the grader cannot follow",
+        "the solution installs a profile or trace hook (`threading.setprofile`)",
+    ],
+    "adv_watch_off": [
+        "the solution imports a module by a name computed at run time (`__import__`), "
+        "which the grader cannot follow",
+        "the solution reads an attribute of `sys` by a computed name, which the grader "
+        "cannot follow",
+    ],
+    **{
+        name: [
+            "the solution imports a module by a name computed at run time (`__import__`), "
+            "which the grader cannot follow"
+        ]
+        for name in ("adv_wrap_partial", "adv_wrap_executor", "adv_wrap_methodcaller")
+    },
+}
+
+
+def _scan_notes(task) -> list[str]:
+    """The starts of a task's scan notes (each up to its "(cell ..." place)."""
+    return [n.split(" (cell ")[0] for n in task.notes if n.endswith(SCAN_NOTE)]
 
 
 def _own_notes(grade) -> list[str]:
@@ -314,17 +346,20 @@ def test_a_trusted_notebook_of_an_unknown_exercise_is_graded_on_its_own_list(gra
 
 
 @pytest.mark.slow
-def test_a_notebook_that_rebinds_the_grader_scores_zero_on_every_task(graded):
+def test_a_notebook_that_rebinds_the_grader_gains_nothing(graded):
     # a cell that no task uses rebinds `attention_course.grading.cheats.watch_calls` in the
     # kernel (where the deleted watch ran) and hands the reference over through `builtins`:
-    # 5/5 before; the static scan flags the grader's modules in any cell
+    # 5/5 once. The reference it hands over is a stub in the sandbox, so that task scores 0
+    # naming it; the other two tasks are the student's own and keep their marks, and every
+    # task carries the scan's note for the instructor (it names the grader's modules)
     grade = graded("adv_patch_watch")
+    honest = graded(HONEST["adv_watch"])
     reason = "the notebook reaches into the grader's own code (`attention_course.grading.cheats`)"
-    assert grade.score == 0, grade.table()
+    sdpa = _task(grade, SDPA)
+    assert sdpa.score == 0 and sdpa.reason.startswith(CALLED), sdpa.reason
+    assert grade.score == honest.score - sdpa.points, grade.table()
     for task in grade.tasks:
-        # the reference it handed over is a stub: that task names it first
-        first = CALLED if task.name == SDPA else CHEAT + reason
-        assert task.reason.startswith(first) and reason in task.reason, task.reason
+        assert any(n.startswith(reason) and n.endswith(SCAN_NOTE) for n in task.notes), task
 
 
 def test_the_grader_s_modules_are_flagged_in_any_cell():

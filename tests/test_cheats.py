@@ -146,8 +146,9 @@ def test_importlib_wrapper_scores_zero_absent_and_static(importlib_grade):
         "calls attention_course.scaled_dot_product_attention, which is not available while "
         "grading: write it yourself"
     ), task.reason
-    # and the static scan names the import by a computed name
-    assert "importlib.import_module" in task.reason
+    # and the static scan's note names the import by a computed name (a note: the reference
+    # is absent in the sandbox, so the code is graded by what it reaches)
+    assert any("importlib.import_module" in n for n in task.notes), task.notes
     assert importlib_grade.score == 2  # the other two tasks are the student's own
 
 

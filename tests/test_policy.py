@@ -132,11 +132,11 @@ def test_a_builtin_the_task_does_not_forbid_is_no_failure(kernel):
 def test_the_grader_zeroes_exactly_what_the_policy_forbids():
     from attention_course.grading.grade import TaskGrade, _apply_findings
 
-    def grade_with(finding, forbidden):
+    def grade_with(finding, forbidden, sandboxed=True):
         grade = TaskGrade(
             id="t", name="t", kind="check", points=2, score=2.0, fraction=1.0, passed=True
         )
-        _apply_findings(grade, [finding], None, False, forbidden)
+        _apply_findings(grade, [finding], None, False, forbidden, sandboxed=sandboxed)
         return grade
 
     builtin = Finding("t", "builtin", 3, 1, "torch.nn.Transformer.generate_square_subsequent_mask")
@@ -150,6 +150,19 @@ def test_the_grader_zeroes_exactly_what_the_policy_forbids():
     assert breaks_policy(own, [])
     dynamic = Finding("t", "dynamic", 3, 1, "runs code from a string (`exec`)")
     assert not breaks_policy(dynamic, [])  # a note: the reference is absent in the grader
+    for what in (dynamic, Finding("t", "watch", 3, 1, "attention_course.grading.cheats")):
+        kept = grade_with(what, None)
+        assert kept.score == 2.0 and kept.passed and kept.reason == ""
+        assert kept.notes == [what.message() + SANDBOXED_NOTE], kept.notes
+        unconfined = grade_with(what, None, sandboxed=False)
+        assert unconfined.score == 2.0 and "graded WITHOUT the sandbox" in unconfined.notes[0]
+    assert grade_with(own, None).score == 0  # the reference costs the points either way
+
+
+SANDBOXED_NOTE = (
+    " (a note for the instructor: in the sandbox the references are absent, so it was graded "
+    "by what it does)"
+)
 
 
 def _statement(nb: dict, solution_cell: str) -> str:

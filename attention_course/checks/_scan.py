@@ -18,7 +18,8 @@ notebook that it uses (transitively), is searched for
   multi-head attention) and are allowed, except the task's own target;
 * imports whose module name is not a constant (``__import__("attention_" + "course")``),
   ``exec``/``eval``/``compile``, ``getattr`` of a module with a computed name: the
-  scan cannot see what they reach, so they are flagged as such;
+  scan cannot see what they reach, so they are flagged as such (notes for the instructor:
+  only a reference or a forbidden built-in costs points, `_policy.breaks_policy`);
 * the PyTorch built-ins that a task forbids, declared next to each checker
   (``@checker(..., forbidden=("torch.nn.functional.layer_norm", ...))``);
 * a class built on the reference (``class LayerNorm(ac.LayerNorm): pass``).
@@ -45,7 +46,8 @@ DYNAMIC_CALLS = {
     "eval": "runs code from a string",
     "compile": "compiles code from a string",
 }
-# What switches off (or takes over) the profile hook of `watch_calls`
+# Profile and trace hooks (what switched off the in-kernel watch this scan once served;
+# that watch is deleted, and a hook is now a note for the instructor)
 WATCH_SWITCHES = (
     "sys.setprofile",
     "sys.settrace",
@@ -57,9 +59,6 @@ WATCH_SWITCHES = (
     "threading.setprofile_all_threads",
     "threading.settrace_all_threads",
 )
-# Prefixes of the dynamic watch's entries that are not calls of a dotted name
-WATCH_OFF = "watch-off:"
-INHERITS = "inherits:"
 # The grader's own modules: a notebook that names one tampers with the grader
 # (its modules first, then the subpackage itself: the first that matches is named)
 MACHINERY = (
@@ -75,7 +74,6 @@ MACHINERY = (
 # whatever name fetched it, so such a read is no finding. A computed read of any other
 # module (``sys``, ``torch``, the reference...) still is.
 LOOKUP_MODULES = frozenset({"torch.nn.functional", "torch.nn", "torch.nn.init"})
-ALWAYS_DENIED = ("reference", "called", "inherits", "watch")  # even with --allow-builtins
 
 
 @dataclass(frozen=True)
@@ -83,10 +81,11 @@ class Finding:
     """One use of code that is not the student's, in a task's solution."""
 
     task: str  # the task's id
-    # "reference", "builtin", "dynamic", "watch" (switches off the dynamic watch), and
-    # from the dynamic watch "called", "called-builtin", "inherits"
+    # "reference" and "builtin" (what a task's policy may forbid: `_policy.breaks_policy`),
+    # "dynamic" (code the scan cannot follow) and "watch" (a profile or trace hook, or a
+    # name of the grader's own modules): those two are notes for the instructor
     kind: str
-    cell: int  # the notebook cell index (-1 for a dynamic finding)
+    cell: int  # the notebook cell index
     line: int  # the line in that cell (1-based), 0 if unknown
     what: str  # the resolved name, e.g. "attention_course.scaled_dot_product_attention"
     code: str = ""  # the line of code
@@ -99,15 +98,8 @@ class Finding:
             text = f"the solution is built on the reference `{base}` instead of its own code"
         elif self.kind == "reference":
             text = f"the solution calls the reference `{self.what}` instead of its own code"
-        elif self.kind == "inherits":
-            text = f"built on the reference: {self.what}"
         elif self.kind == "watch" and self.what in MACHINERY:
             text = f"the notebook reaches into the grader's own code (`{self.what}`)"
-        elif self.kind == "watch" and self.cell < 0:
-            text = (
-                f"watch switched off: while it was checked, the solution called `{self.what}`,"
-                " which switches off the grader's watch"
-            )
         elif self.kind == "watch":
             text = f"the solution installs a profile or trace hook (`{self.what}`)"
         elif self.kind == "builtin" and self.via:
@@ -117,13 +109,6 @@ class Finding:
             )
         elif self.kind == "builtin":
             text = f"the solution calls the built-in `{self.what}`, which is the answer itself"
-        elif self.kind == "called":
-            text = f"while it was checked, the solution called `{self.what}`"
-        elif self.kind == "called-builtin":
-            text = (
-                f"while it was checked, the solution called the built-in `{self.what}`,"
-                " which is the answer itself"
-            )
         else:
             text = f"the solution {self.what}, which the grader cannot follow"
         return text + (f" ({where})" if where else "")
@@ -686,9 +671,8 @@ def _scan_anywhere(book: _Notebook, aliases: dict[str, str], used: set[int]) -> 
     """What a code cell does that changes the grader or that the grader cannot follow,
     for every task: ``(kind, cell, node, what)``.
 
-    The dynamic watch runs in the student's kernel, so a cell that no task uses can still
-    rebind it (``attention_course.grading.cheats.watch_calls = ...``) before the grader's probe.
-    The grader's own modules (`MACHINERY`) are flagged in any cell; the watch switches
+    A cell that no task uses still runs in the kernel before the checks, so the grader's
+    own modules (`MACHINERY`) are flagged in any cell; the watch switches
     and code run from strings or imports by computed names in the cells that no task's
     solution uses (`used`; in those it uses, they are that task's findings)."""
     out: list[tuple] = []

@@ -17,13 +17,10 @@ from __future__ import annotations
 from ..checks._scan import (  # noqa: F401 - the static scan, re-exported
     _OPERATOR_HOMES,
     _REACHABLE,
-    ALWAYS_DENIED,
     DYNAMIC_CALLS,
-    INHERITS,
     LOOKUP_MODULES,
     MACHINERY,
     REFERENCE,
-    WATCH_OFF,
     WATCH_SWITCHES,
     Finding,
     _base_name,

@@ -37,9 +37,11 @@
    of the reference) is a note, not the student's problem. Absence holds only in the
    sandbox: with ``--no-sandbox``, and for the few targets that must stay real in their
    build (`absent.real_targets`), a candidate that *is* the reference scores 0 as "the
-   reference imported". The static scan (`attention_course.grading.cheats`) scores 0 a
-   solution that names the reference or the built-in that is the answer
-   (``--allow-builtins`` makes a built-in a note).
+   reference imported". The static scan (`attention_course.grading.cheats`) applies the
+   task's one policy (`attention_course.checks._policy`), as the check cell does: it
+   scores 0 a solution that names a reference the exercise does not hand out or a
+   built-in the task forbids (``--allow-builtins`` makes a built-in a note); what else
+   it sees (``exec``, computed imports, hooks) is a note for the instructor.
 4. The table shows, for each task that lost points, the first failing case with its
    whole message: the first line on the task's row, then the lines that name the
    mistake ("Likely mistake: ...", "Hint: ...") or the line of code that raised,
@@ -758,7 +760,12 @@ def grade_notebook(
                 continue
             _fill(grade, task, "ok", "", result, nb, cell_index, runs)
             _apply_findings(
-                grade, findings.get(grade.id, []), result, allow_builtins, task.get("forbidden")
+                grade,
+                findings.get(grade.id, []),
+                result,
+                allow_builtins,
+                task.get("forbidden"),
+                sandboxed=scratch is not None,
             )
             _blame_dead_cells(grade, needs.get(grade.id, set()), died, runs)
     finally:
@@ -878,34 +885,49 @@ def _apply_findings(
     result: dict | None,
     allow_builtins: bool,
     forbidden: Sequence[str] | None = None,
+    sandboxed: bool = True,
 ) -> None:
-    """Score 0 (or, for built-ins with ``allow_builtins``, a note) for code that is not
-    the student's own, as the static scan found it (`attention_course.grading.cheats`).
+    """Apply the task's one policy to what the static scan found
+    (`attention_course.checks._scan`), as the check cell does (`checks._policy`).
 
-    ``forbidden`` is the task's policy record (`attention_course.checks._policy`): a
-    built-in the task's checker declares as its answer but the task does not forbid is a
-    note for the instructor, never a zero (None: every answer built-in is forbidden)."""
-    from .cheats import ALWAYS_DENIED
+    Only what the policy forbids costs points: a reference the exercise does not hand out
+    (its own target always), and a built-in the task's checker declares as its answer
+    (``forbidden`` is the task's record; None: every answer built-in is forbidden;
+    ``allow_builtins`` makes those notes too). Everything else the scan sees (``exec``, an
+    import by a computed name, a profile hook, a name of the grader's own modules) is a
+    note for the instructor, not a zero: in the sandbox the references are absent, so
+    whatever such code reaches is graded by what it does (a stub reached scores 0 as
+    "not available while grading"). Without the sandbox (``sandboxed=False``) the
+    references are present, and the note says so."""
+    from ..checks._policy import breaks_policy
 
     findings = list(findings)
     if not findings:
         return
     grade.findings = [f.to_dict() for f in findings]
-    allowed_builtin = [
-        f
-        for f in findings
-        if forbidden is not None and f.kind == "builtin" and f.what not in forbidden
-    ]
-    denied = [
-        f
-        for f in findings
-        if f not in allowed_builtin and (not allow_builtins or f.kind in ALWAYS_DENIED)
-    ]
+    everything = None if forbidden is None else list(forbidden)
+    denied = []
     for finding in findings:
-        if finding in allowed_builtin:
-            grade.notes.append(finding.message() + " (a note: the task does not forbid it)")
-        elif finding not in denied:
-            grade.notes.append(finding.message() + " (allowed by --allow-builtins)")
+        if finding.kind == "builtin":
+            if everything is not None and not breaks_policy(finding, everything):
+                grade.notes.append(finding.message() + " (a note: the task does not forbid it)")
+            elif allow_builtins:
+                grade.notes.append(finding.message() + " (allowed by --allow-builtins)")
+            else:
+                denied.append(finding)
+        elif breaks_policy(finding, everything or []):
+            denied.append(finding)
+        else:
+            grade.notes.append(
+                finding.message()
+                + (
+                    " (a note for the instructor: in the sandbox the references are absent, "
+                    "so it was graded by what it does)"
+                    if sandboxed
+                    else " (a note for the instructor: graded WITHOUT the sandbox, where the "
+                    "references are present, so this may reach one: read the code)"
+                )
+            )
     if denied:
         lost = grade.score
         grade.score, grade.fraction, grade.passed = 0.0, 0.0, False

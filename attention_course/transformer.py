@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ._validate import check_positive_int, check_probability, require_ndim, shape_str
-from .efficient import KVCache, LayerKVCache, prepare_fused_mask
+from .efficient import AttentionMask, KVCache, LayerKVCache
 from .embedding import check_token_ids, embed_tokens, xavier_init_
 from .ffn import PositionwiseFeedForward
 from .masking import causal_mask
@@ -117,14 +117,15 @@ class DecoderLayer(nn.Module):
         self.dropout3 = nn.Dropout(dropout)
 
     def _self_attention(self, x, mask, need_weights, cache=None):
-        # With a KV cache, x holds the new positions; their keys and values join the cached ones.
-        slot = {} if cache is None else {"cache": cache.self_attn}
+        # With a KV cache, x holds the new positions; their keys and values join the cached
+        # ones (the layer's cache *is* its self-attention's AttentionCache).
+        slot = {} if cache is None else {"cache": cache}
         out, weights = self.self_attn(x, x, x, mask=mask, need_weights=need_weights, **slot)
         return self.dropout1(out), weights
 
     def _cross_attention(self, x, memory, mask, need_weights, cache=None):
         # queries from the decoder (x), keys and values from the encoder (memory)
-        slot = {} if cache is None else {"cache": cache.cross_attn}  # the memory, projected once
+        slot = {} if cache is None else {"cache": cache.memory}  # the memory, projected once
         out, weights = self.cross_attn(
             x, memory, memory, mask=mask, need_weights=need_weights, **slot
         )
@@ -315,7 +316,8 @@ class Transformer(nn.Module):
         """Encode the source: ``(B, S)`` ids -> memory ``(B, S, D)``."""
         self._check_ids("src", src)
         x = embed_tokens(self.src_embedding, self.positional, src)
-        return self.encoder(x, self.source_mask(src), return_attention=return_attention)
+        mask = AttentionMask(self.source_mask(src))  # built once for every layer
+        return self.encoder(x, mask, return_attention=return_attention)
 
     def decode(
         self,
@@ -341,15 +343,16 @@ class Transformer(nn.Module):
 
     def _decode(self, tgt, memory, memory_mask, return_attention=False, cache=None):
         """:meth:`decode` after its checks (:func:`greedy_decode` calls it at every step)."""
+        # Each mask is built once, as one AttentionMask, and given to every layer (which
+        # converts it for the fused kernel at most once).
         if cache is None:
-            start, tgt_mask = 0, self.target_mask(tgt)
+            start, tgt_mask = 0, AttentionMask(self.target_mask(tgt))
+            memory_mask = AttentionMask(memory_mask)
         else:  # the new tokens continue where the cache ends
             start, keep = cache.length, None if self.pad_id is None else tgt != self.pad_id
-            keep = cache.begin_step(len(self.decoder.layers), memory_mask, memory.dtype, keep)
-            tgt_mask = _step_mask(tgt.shape[1], start, keep, tgt.device)
-            memory_mask = cache.memory_mask if return_attention else cache.fused_memory_mask
-            if not return_attention and tgt_mask is not None:  # convert once for all layers
-                tgt_mask = prepare_fused_mask(tgt_mask, memory.dtype)
+            keep = cache.begin_step(len(self.decoder.layers), memory_mask, keep)
+            tgt_mask = AttentionMask(_step_mask(tgt.shape[1], start, keep, tgt.device))
+            memory_mask = cache.memory_mask  # the first step's, converted once for the run
         y = embed_tokens(self.tgt_embedding, self.positional, tgt, start=start)
         out = self.decoder(y, memory, tgt_mask, memory_mask, return_attention, cache=cache)
         if return_attention:

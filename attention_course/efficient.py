@@ -301,11 +301,13 @@ class KVCache(DecoderCache):
             self.start(num_layers, memory_mask)
         return None if keep is None else self.extend_keep(keep)
 
-    def start(self, num_layers: int, memory_mask: torch.Tensor | None):
+    def start(self, num_layers: int, memory_mask: torch.Tensor | AttentionMask | None):
         """Begin a run: one empty slot per layer; keep the source mask (``(B, 1, 1, S)``)."""
         self.layers = [LayerKVCache() for _ in range(num_layers)]
         self.target_keep = None
-        self.memory_mask = AttentionMask(memory_mask)
+        if not isinstance(memory_mask, AttentionMask):
+            memory_mask = AttentionMask(memory_mask)
+        self.memory_mask = memory_mask
 
     def extend_keep(self, keep: torch.Tensor) -> torch.Tensor | None:
         """Record which new target positions are real (``keep (B, Tn)``, False at padding).

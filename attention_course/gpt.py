@@ -40,6 +40,13 @@ def _check_choice(name: str, value: object, choices: tuple) -> None:
         raise ValueError(f"{name}: got {value!r}, expected one of {choices}")
 
 
+def _is_position_piece(positions: object) -> bool:
+    """Has the two methods of :mod:`attention_course.positions`'s pieces."""
+    return callable(getattr(positions, "rotate", None)) and callable(
+        getattr(positions, "score_bias", None)
+    )
+
+
 def _check_rope_fn(rope_fn: object, pos: str | None) -> None:
     if rope_fn is None:
         return
@@ -170,7 +177,7 @@ class CausalSelfAttention(MultiHeadAttention):
             positions = attention_positions(pos, num_heads, rope_fn)
         elif pos is not None or rope_fn is not None:
             raise ValueError("positions: given with pos or rope_fn, expected one or the other")
-        elif not (callable(getattr(positions, "rotate", None)) and hasattr(positions, "score_bias")):
+        elif not _is_position_piece(positions):
             raise ValueError(
                 f"positions: got {positions!r}, expected a position piece with rotate(q, k, "
                 "start) and score_bias(T, S, device, dtype) (see attention_course.positions)"

@@ -233,4 +233,5 @@ class KVLayout:
         return sliding_window_mask(T, self.window, device, S=S)
 
     def __repr__(self) -> str:
-        return f"KVLayout(num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, window={self.window})"
+        heads = f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}"
+        return f"KVLayout({heads}, window={self.window})"

@@ -23,12 +23,11 @@ is another such object, never a change to a package attribute.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
 from ._validate import check_positive_int, require_float, shape_str
-from collections.abc import Callable
-
 from .efficient import prepare_fused_mask
 from .masking import causal_mask
 
@@ -179,7 +178,6 @@ def alibi_causal_mask(num_heads: int, T: int, S: int, device, dtype, need_weight
         keep = causal_mask(T, device, S=S)  # (T, S) bool, True = may attend
     mask = bias.masked_fill(~keep, float("-inf"))  # (H, T, S)
     return mask if need_weights else prepare_fused_mask(mask, dtype)
-
 
 
 def _check_base(base: object) -> None:

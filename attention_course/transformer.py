@@ -315,9 +315,12 @@ class Transformer(nn.Module):
     def encode(self, src: torch.Tensor, return_attention: bool = False):
         """Encode the source: ``(B, S)`` ids -> memory ``(B, S, D)``."""
         self._check_ids("src", src)
+        return self._encode(src, AttentionMask(self.source_mask(src)), return_attention)
+
+    def _encode(self, src, src_mask: AttentionMask, return_attention: bool = False):
+        """:meth:`encode` after its checks, with the source mask built (once, for every layer)."""
         x = embed_tokens(self.src_embedding, self.positional, src)
-        mask = AttentionMask(self.source_mask(src))  # built once for every layer
-        return self.encoder(x, mask, return_attention=return_attention)
+        return self.encoder(x, src_mask, return_attention=return_attention)
 
     def decode(
         self,
@@ -338,7 +341,9 @@ class Transformer(nn.Module):
         """
         self._check_ids("tgt", tgt)
         _check_decode_inputs(self, tgt, memory, src, cache)
-        memory_mask = None if src is None else self.source_mask(src)
+        # the source mask is kept by a cache at its first step: built only when needed
+        needed = src is not None and (cache is None or cache.length == 0)
+        memory_mask = self.source_mask(src) if needed else None
         return self._decode(tgt, memory, memory_mask, return_attention, cache)
 
     def _decode(self, tgt, memory, memory_mask, return_attention=False, cache=None):
@@ -347,7 +352,8 @@ class Transformer(nn.Module):
         # converts it for the fused kernel at most once).
         if cache is None:
             start, tgt_mask = 0, AttentionMask(self.target_mask(tgt))
-            memory_mask = AttentionMask(memory_mask)
+            if not isinstance(memory_mask, AttentionMask):
+                memory_mask = AttentionMask(memory_mask)
         else:  # the new tokens continue where the cache ends
             start, keep = cache.length, None if self.pad_id is None else tgt != self.pad_id
             keep = cache.begin_step(len(self.decoder.layers), memory_mask, keep)
@@ -361,13 +367,16 @@ class Transformer(nn.Module):
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits: position ``t`` predicts ``tgt[:, t + 1]``."""
-        memory = self.encode(src)  # checks src
+        self._check_ids("src", src)
         self._check_ids("tgt", tgt)
         if src.shape[0] != tgt.shape[0]:
             raise ValueError(
                 f"tgt: got batch size {tgt.shape[0]}, expected {src.shape[0]} to match src"
             )
-        return self._decode(tgt, memory, self.source_mask(src))
+        # One source mask: the encoder's self-attention and the decoder's cross-attention
+        # hide the same padded source keys.
+        src_mask = AttentionMask(self.source_mask(src))
+        return self._decode(tgt, self._encode(src, src_mask), src_mask)
 
 
 def _step_mask(Tn: int, t: int, keep: torch.Tensor | None, device) -> torch.Tensor | None:
@@ -500,8 +509,9 @@ def greedy_decode(
 
 def _greedy_loop(model, src, max_len, bos_id, eos_id, pad, use_cache):
     """The loop of :func:`greedy_decode`, after its checks."""
-    memory = model.encode(src)  # checks src; computed once, reused at every step
-    memory_mask = model.source_mask(src)  # (B, 1, 1, S) or None, also reused
+    # the source mask ((B, 1, 1, S) or none) and the memory: built once, reused at every step
+    memory_mask = AttentionMask(model.source_mask(src))
+    memory = model._encode(src, memory_mask)  # src was checked by greedy_decode
     cache = KVCache() if use_cache else None
     B = src.shape[0]
     out = torch.full((B, max_len), pad, dtype=torch.long, device=src.device)

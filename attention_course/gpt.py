@@ -43,7 +43,7 @@ def _check_choice(name: str, value: object, choices: tuple) -> None:
 def _is_position_piece(positions: object) -> bool:
     """Has the two methods of :mod:`attention_course.positions`'s pieces."""
     return callable(getattr(positions, "rotate", None)) and callable(
-        getattr(positions, "score_bias", None)
+        getattr(positions, "score_mask", None)
     )
 
 
@@ -70,19 +70,18 @@ def causal_attention_mask(
 
     Which keys a query sees is the key/value ``layout``'s
     (:meth:`~attention_course.kv.KVLayout.visible`: causal, or a sliding window, over
-    the keys the layer is given); a position piece with a score bias (ALiBi's
-    ``score_bias``, ``(H, T, S)``) turns it into one additive float mask, ``-inf`` where a
-    key is hidden. A single new query that may see every key it is given needs no mask
-    (``dense`` None).
+    the keys the layer is given); a position piece that acts on the scores (ALiBi's
+    ``score_mask``) turns it into one additive float mask ``(H, T, S)``, its bias with
+    ``-inf`` where a key is hidden. Otherwise a single new query, which may see every key
+    it is given, needs no mask (``dense`` None).
     """
     S = layout.visible_keys(T, S)
-    bias = None if positions is None else positions.score_bias(T, S, device, dtype)
-    if bias is None and T == 1:
-        return AttentionMask(None)
     visible = layout.visible(T, S, device)  # (T, S) bool, True = may attend
-    if bias is None:
-        return AttentionMask(visible)
-    return AttentionMask(bias.masked_fill(~visible, float("-inf")))  # (H, T, S)
+    if positions is not None:
+        scores = positions.score_mask(T, S, visible, device, dtype)
+        if scores is not None:
+            return AttentionMask(scores)
+    return AttentionMask(None if T == 1 else visible)
 
 
 class CausalSelfAttention(MultiHeadAttention):
@@ -180,7 +179,7 @@ class CausalSelfAttention(MultiHeadAttention):
         elif not _is_position_piece(positions):
             raise ValueError(
                 f"positions: got {positions!r}, expected a position piece with rotate(q, k, "
-                "start) and score_bias(T, S, device, dtype) (see attention_course.positions)"
+                "start) and score_mask(T, S, visible, device, dtype) (attention_course.positions)"
             )
         if layout.num_kv_heads != num_heads:  # grouped keys and values (chapter 15): D -> Hkv * Dh
             self.w_k = nn.Linear(d_model, layout.num_kv_heads * self.d_head, bias=bias)

@@ -15,7 +15,7 @@ how far apart two tokens are rather than where they are.
 An attention module is *given* its relative positions as a small object
 (:func:`attention_positions` makes one from a name): :class:`RotaryPositions` rotates
 the queries and keys, :class:`ALiBiPositions` adds its bias to the scores. Both have the
-same two methods, ``rotate(q, k, start)`` and ``score_bias(T, S, device, dtype)``; a
+same two methods, ``rotate(q, k, start)`` and ``score_mask(T, S, visible, device, dtype)``; a
 variant (another RoPE layout through ``rotate=``, a scaled RoPE through ``scaling=``)
 is another such object, never a change to a package attribute.
 """
@@ -203,7 +203,8 @@ class RotaryPositions:
       A scaled variant that needs more (a per-frequency rule, an attention
       temperature) subclasses and overrides :meth:`frequencies` or :meth:`rotate`.
 
-    ``score_bias`` is None: RoPE adds nothing to the scores.
+    ``score_mask`` is None: RoPE adds nothing to the scores (the visible keys alone are
+    the mask).
     """
 
     name = "rope"
@@ -242,7 +243,7 @@ class RotaryPositions:
         inv_freq = self.frequencies(q.shape[-1], q)
         return _rotate(q, positions, inv_freq), _rotate(k, positions, inv_freq)
 
-    def score_bias(self, T: int, S: int, device=None, dtype=torch.float32) -> None:
+    def score_mask(self, T: int, S: int, visible, device=None, dtype=torch.float32) -> None:
         return None
 
     def __repr__(self) -> str:
@@ -257,9 +258,9 @@ class RotaryPositions:
 class ALiBiPositions:
     """ALiBi as the piece an attention module is given: a bias on the scores.
 
-    ``rotate`` leaves the queries and keys as they are; ``score_bias(T, S)`` is
-    :func:`alibi_bias` for ``num_heads`` heads, ``(H, T, S)``, which the model puts into
-    its one mask (``-inf`` where a key is hidden).
+    ``rotate`` leaves the queries and keys as they are; ``score_mask(T, S, visible)`` is
+    the model's one mask with the bias in it: :func:`alibi_causal_mask` for ``num_heads``
+    heads, ``(H, T, S)`` (:func:`alibi_bias`, ``-inf`` where ``visible`` hides a key).
     """
 
     name = "alibi"
@@ -271,8 +272,9 @@ class ALiBiPositions:
     def rotate(self, q: torch.Tensor, k: torch.Tensor, start: int = 0):
         return q, k
 
-    def score_bias(self, T: int, S: int, device=None, dtype=torch.float32) -> torch.Tensor:
-        return alibi_bias(self.num_heads, T, S, device=device, dtype=dtype)  # (H, T, S)
+    def score_mask(self, T: int, S: int, visible, device=None, dtype=torch.float32):
+        # (H, T, S): the bias, -inf where a key is not visible
+        return alibi_causal_mask(self.num_heads, T, S, device, dtype, True, keep=visible)
 
     def __repr__(self) -> str:
         return f"ALiBiPositions(num_heads={self.num_heads})"

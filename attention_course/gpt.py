@@ -76,12 +76,13 @@ def causal_attention_mask(
     it is given, needs no mask (``dense`` None).
     """
     S = layout.visible_keys(T, S)
+    on_scores = positions is not None and getattr(positions, "on_scores", True)
+    if T == 1 and not on_scores:
+        return AttentionMask(None)
     visible = layout.visible(T, S, device)  # (T, S) bool, True = may attend
-    if positions is not None:
-        scores = positions.score_mask(T, S, visible, device, dtype)
-        if scores is not None:
-            return AttentionMask(scores)
-    return AttentionMask(None if T == 1 else visible)
+    if on_scores:
+        return AttentionMask(positions.score_mask(T, S, visible, device, dtype))  # (H, T, S)
+    return AttentionMask(visible)
 
 
 class CausalSelfAttention(MultiHeadAttention):

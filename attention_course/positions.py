@@ -15,7 +15,8 @@ how far apart two tokens are rather than where they are.
 An attention module is *given* its relative positions as a small object
 (:func:`attention_positions` makes one from a name): :class:`RotaryPositions` rotates
 the queries and keys, :class:`ALiBiPositions` adds its bias to the scores. Both have the
-same two methods, ``rotate(q, k, start)`` and ``score_mask(T, S, visible, device, dtype)``; a
+same two methods, ``rotate(q, k, start)`` and ``score_mask(T, S, visible, device, dtype)``
+(and ``on_scores``: whether ``score_mask`` changes the mask); a
 variant (another RoPE layout through ``rotate=``, a scaled RoPE through ``scaling=``)
 is another such object, never a change to a package attribute.
 """
@@ -203,11 +204,12 @@ class RotaryPositions:
       A scaled variant that needs more (a per-frequency rule, an attention
       temperature) subclasses and overrides :meth:`frequencies` or :meth:`rotate`.
 
-    ``score_mask`` is None: RoPE adds nothing to the scores (the visible keys alone are
-    the mask).
+    ``score_mask`` returns ``visible`` as it is: RoPE adds nothing to the scores
+    (``on_scores`` False).
     """
 
     name = "rope"
+    on_scores = False
 
     def __init__(
         self,
@@ -243,8 +245,8 @@ class RotaryPositions:
         inv_freq = self.frequencies(q.shape[-1], q)
         return _rotate(q, positions, inv_freq), _rotate(k, positions, inv_freq)
 
-    def score_mask(self, T: int, S: int, visible, device=None, dtype=torch.float32) -> None:
-        return None
+    def score_mask(self, T: int, S: int, visible, device=None, dtype=torch.float32):
+        return visible
 
     def __repr__(self) -> str:
         parts = [f"base={self.base}"]
@@ -264,6 +266,7 @@ class ALiBiPositions:
     """
 
     name = "alibi"
+    on_scores = True
 
     def __init__(self, num_heads: int) -> None:
         check_positive_int("num_heads", num_heads)

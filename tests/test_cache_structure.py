@@ -261,6 +261,22 @@ def test_a_scaling_rope_variant_fits_the_position_piece():
         RotaryPositions(rotate=apply_rope, scaling=lambda f: f)
 
 
+def test_alibi_positions_put_their_bias_into_the_one_mask():
+    from attention_course.positions import alibi_causal_mask
+
+    visible = KVLayout(4, window=3).visible(2, 5)  # (2, 5) sliding window
+    got = ALiBiPositions(4).score_mask(2, 5, visible, None, torch.float64)
+    want = alibi_causal_mask(4, 2, 5, None, torch.float64, True, keep=visible)
+    assert torch.equal(got, want) and got.shape == (4, 2, 5)
+    assert torch.isneginf(got[:, ~visible]).all()
+    layout = GPT(20, d_model=16, num_heads=4, pos="alibi").kv_layout  # one query: still biased
+    from attention_course.gpt import causal_attention_mask
+
+    one = causal_attention_mask(1, 6, layout, ALiBiPositions(4), dtype=torch.float64)
+    assert one.dense.shape == (4, 1, 6) and not torch.isinf(one.dense).any()
+    assert causal_attention_mask(1, 6, layout, RotaryPositions()).dense is None
+
+
 def test_kv_layout_repeats_the_heads_and_makes_the_caches():
     layout = KVLayout(8, 2, window=4)
     assert layout.n_rep == 4 and type(layout.new_cache()) is RollingAttentionCache

@@ -18,8 +18,9 @@ additive. Nothing here chooses a device: modules follow their inputs.
 Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``masking`` 5,
 ``multihead`` 6, ``norms`` 7 and 16 (RMSNorm), ``ffn`` 8 and 16 (SwiGLU), ``positional`` 9
 (absolute positions), ``transformer`` and ``diagram`` 10, ``classifier`` 11, ``efficient``
-(the fused mask, the KV cache) and ``tiled`` 12, ``gpt``, ``sampling``, ``tokenizer``,
-``ngram`` and ``train`` 13, ``positions`` 14 (relative positions: RoPE, ALiBi), ``kv`` 15,
+(the one mask per forward, the KV cache) and ``tiled`` 12, ``gpt``, ``sampling``,
+``tokenizer``, ``ngram`` and ``train`` 13, ``positions`` 14 (relative positions: RoPE, ALiBi,
+the position pieces attention is given), ``kv`` 15 (and the key/value layout piece),
 ``interpret`` 17; ``checks`` and ``quiz`` for the exercises, ``grading`` for instructors.
 The README has the same map as a table.
 """

@@ -2,9 +2,18 @@
 
 :func:`fused_attention` runs PyTorch's ``F.scaled_dot_product_attention`` with the
 course's mask convention (True = may attend) and zero output for fully masked
-rows; a :class:`FusedMask` is a mask converted for it once, to be reused by every
-layer. :class:`KVCache` keeps a decoder's keys and values between generation
-steps; every attention module owns one :class:`AttentionCache` slot of it.
+rows. An :class:`AttentionMask` is the one mask type a model builds once per forward
+pass and gives to every layer; it converts itself for the fused kernel (a
+:class:`FusedMask`) at most once.
+
+The KV cache, one type per layer: an :class:`AttentionCache` keeps one attention
+module's keys and values between generation steps (any decoder: the GPT's layers hold
+one each); a :class:`DecoderCache` is a decoder's list of them. The encoder-decoder adds
+its cross-attention on top: a :class:`LayerKVCache` is an :class:`AttentionCache` plus a
+:class:`MemoryCache` (the encoder memory's keys and values, projected once), and a
+:class:`KVCache` a :class:`DecoderCache` of those plus the source and target padding.
+The one place that writes a cache is ``MultiHeadAttention._remember``
+(:mod:`attention_course.multihead`); ``attend`` never sees a cache.
 """
 
 from __future__ import annotations
@@ -66,28 +75,57 @@ def fused_attention(q, k, v, mask, dropout_p: float) -> torch.Tensor:
     return out.masked_fill(mask.empty, 0.0)  # (.., T, 1) broadcasts over Dh
 
 
+class AttentionMask:
+    """The mask of one forward pass: built once by the model, given to every layer.
+
+    ``dense`` is None (every query may see every key), a bool tensor (True = may attend)
+    or an additive float tensor (ALiBi's bias with ``-inf`` at hidden keys), broadcastable
+    to ``(B, H, T, S)``. The weights path uses it as it is; the fused kernel needs it as a
+    :class:`FusedMask`, which :meth:`fused` converts at its first use and keeps, so the
+    layers of a model convert it once, not once each.
+    """
+
+    __slots__ = ("dense", "_fused")
+
+    def __init__(self, dense: torch.Tensor | None = None) -> None:
+        self.dense = dense
+        self._fused: FusedMask | None = None
+
+    def fused(self, dtype: torch.dtype) -> FusedMask | None:
+        """The mask for :func:`fused_attention` in ``dtype`` (None: no mask needed)."""
+        if self.dense is None:
+            return None
+        if self._fused is None or self._fused.additive.dtype != dtype:
+            self._fused = prepare_fused_mask(self.dense, dtype)
+        return self._fused
+
+    def __repr__(self) -> str:
+        shape = None if self.dense is None else tuple(self.dense.shape)
+        return f"AttentionMask(dense={shape})"
+
+
 class AttentionCache:
     """The projected keys and values one attention module keeps between decoding steps.
 
-    A growing cache (self-attention) appends the new positions at every
-    :meth:`update`; a ``static`` one (cross-attention: the encoder memory never
-    changes) is filled once and then only read (:attr:`filled`).
+    The cache of one layer of any decoder (a GPT's or the encoder-decoder's): every
+    :meth:`update` appends the new positions. A model never calls :meth:`update`
+    itself: ``MultiHeadAttention._remember``, the one place that
+    writes a cache, does.
 
     Attributes:
         keys, values: ``(B, H, length, Dh)``, or None while empty.
+        length: the number of positions seen (the position of the next token).
     """
 
-    def __init__(self, static: bool = False) -> None:
-        self.static = static
+    #: True when the cache holds keys and values that need no new projection (only a
+    #: :class:`MemoryCache` once filled); a growing cache always takes the new positions.
+    filled = False
+
+    def __init__(self) -> None:
         self.length = 0
         # Buffers (B, H, capacity, Dh) whose first `length` positions are filled.
         self._keys: torch.Tensor | None = None
         self._values: torch.Tensor | None = None
-
-    @property
-    def filled(self) -> bool:
-        """True when a static cache holds its keys and values: nothing to project again."""
-        return self.static and self._keys is not None
 
     @property
     def keys(self) -> torch.Tensor | None:
@@ -110,15 +148,10 @@ class AttentionCache:
 
         ``torch.cat`` would copy the whole cache at every step (x-transformers writes
         ``k = cat((cached_k, k), dim=-2)``); instead the buffers double in size when
-        full, so a step writes only its own positions. A static cache keeps its first
-        keys and values as they are.
+        full, so a step writes only its own positions.
 
         Shapes: keys, values ``(B, H, Tn, Dh)``; returns two ``(B, H, length, Dh)`` views.
         """
-        if self.static:
-            if self._keys is None:
-                self._keys, self._values, self.length = keys, values, keys.shape[2]
-            return self.keys, self.values
         t, Tn = self.length, keys.shape[2]
         if self._keys is None or t + Tn > self._keys.shape[2]:
             capacity = max(2 * (t + Tn), 64)
@@ -139,31 +172,96 @@ def _grow(buffer: torch.Tensor | None, new: torch.Tensor, filled: int, capacity:
     return grown
 
 
-class LayerKVCache:
-    """One decoder layer's share of a :class:`KVCache`: one slot per attention module.
+class MemoryCache:
+    """Cross-attention's keys and values: projections of the encoder memory, made once.
+
+    The memory never changes while a target is decoded, so the first :meth:`update`
+    stores its keys and values and every later one returns them unchanged (and, once
+    :attr:`filled`, the attention module does not project the memory again).
 
     Attributes:
-        self_attn: the self-attention keys and values of the ``length`` target
-            positions decoded so far, one position longer after every step.
-        cross_attn: the cross-attention keys and values, i.e. projections of the
-            encoder memory, computed once, then reused.
-        keys, values, memory_keys, memory_values: their tensors, ``(B, H, t, Dh)``
-            and ``(B, H, S, Dh)`` (None until the first step).
+        keys, values: ``(B, H, S, Dh)``, or None until the first step.
     """
 
     def __init__(self) -> None:
-        self.self_attn = AttentionCache()
-        self.cross_attn = AttentionCache(static=True)
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
 
-    length = property(lambda self: self.self_attn.length)
-    keys = property(lambda self: self.self_attn.keys)
-    values = property(lambda self: self.self_attn.values)
-    memory_keys = property(lambda self: self.cross_attn.keys)
-    memory_values = property(lambda self: self.cross_attn.values)
+    @property
+    def filled(self) -> bool:
+        """True once the memory's keys and values are stored: nothing to project again."""
+        return self.keys is not None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    @property
+    def nbytes(self) -> int:
+        if self.keys is None:
+            return 0
+        return sum(b.numel() * b.element_size() for b in (self.keys, self.values))
+
+    def update(self, keys: torch.Tensor, values: torch.Tensor):
+        """Keep the first keys and values given; return the kept ones."""
+        if self.keys is None:
+            self.keys, self.values = keys, values
+        return self.keys, self.values
 
 
-class KVCache:
-    """What a decoder keeps between generation steps: the KV cache (键值缓存).
+class DecoderCache:
+    """What a decoder keeps between generation steps: one cache per layer.
+
+    Decoder-agnostic: ``layers[i]`` is the :class:`AttentionCache` (or a subclass: a
+    :class:`~attention_course.kv.RollingAttentionCache` for sliding windows, a
+    :class:`LayerKVCache` for the encoder-decoder) of layer ``i``'s self-attention.
+    :meth:`GPT.new_cache <attention_course.GPT.new_cache>` makes one.
+
+    Attributes:
+        layers: one cache per decoder layer.
+    """
+
+    def __init__(self, layers: list[AttentionCache] | None = None) -> None:
+        self.layers: list = [] if layers is None else list(layers)
+
+    @property
+    def length(self) -> int:
+        """The number of positions cached so far (the position of the next token)."""
+        return self.layers[0].length if self.layers else 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by every layer's key and value buffers (allocated, chapter 15)."""
+        return sum(layer.nbytes for layer in self.layers)
+
+
+class LayerKVCache(AttentionCache):
+    """One encoder-decoder layer's cache: its self-attention cache plus the memory's.
+
+    It *is* the layer's :class:`AttentionCache` (the keys and values of the ``length``
+    target positions decoded so far); the encoder-decoder adds :attr:`memory`, a
+    :class:`MemoryCache` for the cross-attention.
+
+    Attributes:
+        keys, values: the self-attention's, ``(B, H, t, Dh)``.
+        memory: the cross-attention's :class:`MemoryCache`; ``memory_keys`` and
+            ``memory_values`` its tensors, ``(B, H, S, Dh)`` (None until the first step).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.memory = MemoryCache()
+
+    memory_keys = property(lambda self: self.memory.keys)
+    memory_values = property(lambda self: self.memory.values)
+
+    @property
+    def nbytes(self) -> int:
+        return super().nbytes + self.memory.nbytes
+
+
+class KVCache(DecoderCache):
+    """What the encoder-decoder's decoder keeps between generation steps: the KV cache (键值缓存).
 
     When a decoder generates one token at a time, the newest token's query must
     meet the keys and values of every earlier position. Under the causal mask an
@@ -175,50 +273,41 @@ class KVCache:
     Use: create an empty cache, then call :meth:`Transformer.decode` with only the
     new tokens and ``cache=cache``; the positions continue where the cache ends.
 
-    Like the memory's keys and values, the source padding mask is taken at the
-    first step and reused: a cache belongs to one ``memory`` and one ``src``.
+    A :class:`DecoderCache` whose layers are :class:`LayerKVCache` (self-attention plus
+    the memory's keys and values). Like the memory's keys and values, the source padding
+    mask is taken at the first step and reused: a cache belongs to one ``memory`` and
+    one ``src``.
 
     Attributes:
         layers: one :class:`LayerKVCache` per decoder layer (filled at the first step).
         target_keep: ``(B, t)`` bool, False at padded target positions, so that padded
             keys stay masked; None while no target position has been padded.
-        memory_mask: the source padding mask of the first step, ``(B, 1, 1, S)`` or None,
-            and ``fused_memory_mask`` the same converted once for the fused kernel.
+        memory_mask: the source padding mask of the first step, an :class:`AttentionMask`
+            (its ``dense`` is ``(B, 1, 1, S)`` or None), converted once for every layer.
     """
 
     def __init__(self) -> None:
-        self.layers: list[LayerKVCache] = []
+        super().__init__()
         self.target_keep: torch.Tensor | None = None
-        self.memory_mask: torch.Tensor | None = None
-        self.fused_memory_mask: FusedMask | None = None
+        self.memory_mask: AttentionMask = AttentionMask()
 
-    @property
-    def length(self) -> int:
-        """The number of target positions cached so far (the position of the next token)."""
-        return self.layers[0].length if self.layers else 0
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by every layer's key and value buffers (allocated, chapter 15)."""
-        return sum(layer.self_attn.nbytes + layer.cross_attn.nbytes for layer in self.layers)
-
-    def begin_step(self, num_layers: int, memory_mask, dtype, keep: torch.Tensor | None):
+    def begin_step(self, num_layers: int, memory_mask, keep: torch.Tensor | None):
         """Update the cache's bookkeeping before a decoding step; return the target keep mask.
 
         At the first step: :meth:`start`. Then the new tokens' padding ``keep (B, Tn)``
         (None for a model without ``pad_id``) goes through :meth:`extend_keep`.
         """
         if self.length == 0:
-            self.start(num_layers, memory_mask, dtype)
+            self.start(num_layers, memory_mask)
         return None if keep is None else self.extend_keep(keep)
 
-    def start(self, num_layers: int, memory_mask: torch.Tensor | None, dtype: torch.dtype):
-        """Begin a run: one empty slot per layer; keep the source mask (and its fused form)."""
+    def start(self, num_layers: int, memory_mask: torch.Tensor | AttentionMask | None):
+        """Begin a run: one empty slot per layer; keep the source mask (``(B, 1, 1, S)``)."""
         self.layers = [LayerKVCache() for _ in range(num_layers)]
         self.target_keep = None
+        if not isinstance(memory_mask, AttentionMask):
+            memory_mask = AttentionMask(memory_mask)
         self.memory_mask = memory_mask
-        fused = None if memory_mask is None else prepare_fused_mask(memory_mask, dtype)
-        self.fused_memory_mask = fused
 
     def extend_keep(self, keep: torch.Tensor) -> torch.Tensor | None:
         """Record which new target positions are real (``keep (B, Tn)``, False at padding).

@@ -19,15 +19,14 @@ import torch
 from torch import nn
 
 from ._validate import check_positive_int, check_probability, require_float, require_ndim
-from .efficient import AttentionCache, FusedMask, KVCache, prepare_fused_mask
+from .efficient import AttentionCache, AttentionMask, DecoderCache, FusedMask
 from .embedding import check_token_ids
 from .ffn import make_ffn, swiglu_hidden_size
-from .kv import RollingAttentionCache, _repeat_kv, sliding_window_mask
-from .masking import causal_mask
+from .kv import KVLayout
 from .multihead import MultiHeadAttention, _check_heads, _split_heads
 from .norms import RMSNorm, make_norm
 from .positional import sinusoidal_positional_encoding
-from .positions import alibi_causal_mask, apply_rope
+from .positions import attention_positions
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 NORMS = ("layer", "rms")
@@ -39,6 +38,13 @@ ABSOLUTE_POSITIONS = ("learned", "sinusoidal")
 def _check_choice(name: str, value: object, choices: tuple) -> None:
     if value not in choices:
         raise ValueError(f"{name}: got {value!r}, expected one of {choices}")
+
+
+def _is_position_piece(positions: object) -> bool:
+    """Has the two methods of :mod:`attention_course.positions`'s pieces."""
+    return callable(getattr(positions, "rotate", None)) and callable(
+        getattr(positions, "score_mask", None)
+    )
 
 
 def _check_rope_fn(rope_fn: object, pos: str | None) -> None:
@@ -54,6 +60,29 @@ def _check_rope_fn(rope_fn: object, pos: str | None) -> None:
         raise ValueError(f"rope_fn: got {rope_fn!r}, expected a function (x, positions) -> x")
     if pos != "rope":
         raise ValueError(f"rope_fn: given with pos={pos!r}, expected pos='rope' (it rotates q, k)")
+
+
+def causal_attention_mask(
+    T: int, S: int, layout: KVLayout, positions=None, device=None, dtype=torch.float32
+) -> AttentionMask:
+    """The one mask of a decoder-only forward pass: ``T`` new queries, the last of ``S``
+    positions, built once by the model and given to every layer.
+
+    Which keys a query sees is the key/value ``layout``'s
+    (:meth:`~attention_course.kv.KVLayout.visible`: causal, or a sliding window, over
+    the keys the layer is given); a position piece that acts on the scores (ALiBi's
+    ``score_mask``) turns it into one additive float mask ``(H, T, S)``, its bias with
+    ``-inf`` where a key is hidden. Otherwise a single new query, which may see every key
+    it is given, needs no mask (``dense`` None).
+    """
+    S = layout.visible_keys(T, S)
+    on_scores = positions is not None and getattr(positions, "on_scores", True)
+    if T == 1 and not on_scores:
+        return AttentionMask(None)
+    visible = layout.visible(T, S, device)  # (T, S) bool, True = may attend
+    if on_scores:
+        return AttentionMask(positions.score_mask(T, S, visible, device, dtype))  # (H, T, S)
+    return AttentionMask(visible)
 
 
 class CausalSelfAttention(MultiHeadAttention):
@@ -93,6 +122,16 @@ class CausalSelfAttention(MultiHeadAttention):
     :func:`~attention_course.sliding_window_mask`; the cache must then be a
     :class:`~attention_course.kv.RollingAttentionCache` (at most ``window`` positions).
 
+    The pieces it is given: ``positions`` (a position piece of
+    :mod:`attention_course.positions`: :class:`~attention_course.positions.RotaryPositions`,
+    :class:`~attention_course.positions.ALiBiPositions`, or one of the same shape, e.g.
+    a scaled RoPE) and ``layout`` (a :class:`~attention_course.kv.KVLayout`: key/value
+    heads, window, cache type). Without them they are made from ``pos``/``rope_fn`` and
+    ``num_kv_heads``/``window`` (:func:`~attention_course.positions.attention_positions`);
+    a model gives every layer the same ones. The module calls them, in order: project,
+    ``positions.rotate``, the cache (:meth:`~attention_course.MultiHeadAttention._remember`),
+    ``layout.expand``, :meth:`~attention_course.MultiHeadAttention.attend`.
+
     An invalid value raises ``ValueError`` naming the argument
     (``num_heads % num_kv_heads != 0`` too; ``rope_fn`` without ``pos="rope"``, or not
     callable).
@@ -119,57 +158,51 @@ class CausalSelfAttention(MultiHeadAttention):
         window: int | None = None,
         max_len: int = 4096,
         rope_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        *,
+        positions=None,
+        layout: KVLayout | None = None,
     ) -> None:
         super().__init__(d_model, num_heads, dropout=dropout, bias=bias)
-        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        check_positive_int("num_kv_heads", num_kv_heads)
-        if num_heads % num_kv_heads != 0:
-            raise ValueError(
-                f"num_kv_heads: got {num_kv_heads}, expected a divisor of num_heads={num_heads} "
-                "(each key/value head serves num_heads / num_kv_heads query heads)"
-            )
+        if layout is None:
+            layout = KVLayout(num_heads, num_kv_heads, window)
+        elif not isinstance(layout, KVLayout) or layout.num_heads != num_heads:
+            raise ValueError(f"layout: got {layout!r}, expected a KVLayout for {num_heads} heads")
+        elif num_kv_heads is not None or window is not None:
+            raise ValueError("layout: given with num_kv_heads or window, expected one or the other")
         if pos is not None:
             _check_choice("pos", pos, ("rope", "alibi"))
-        if window is not None:
-            check_positive_int("window", window)
         check_positive_int("max_len", max_len)
         _check_rope_fn(rope_fn, pos)
-        if num_kv_heads != num_heads:  # grouped keys and values (chapter 15): D -> Hkv * Dh
-            self.w_k = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
-            self.w_v = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
-        self.num_kv_heads = num_kv_heads
-        self.pos = pos
-        self.window = window
+        if positions is None:
+            positions = attention_positions(pos, num_heads, rope_fn)
+        elif pos is not None or rope_fn is not None:
+            raise ValueError("positions: given with pos or rope_fn, expected one or the other")
+        elif not _is_position_piece(positions):
+            raise ValueError(
+                f"positions: got {positions!r}, expected a position piece with rotate(q, k, "
+                "start) and score_mask(T, S, visible, device, dtype) (attention_course.positions)"
+            )
+        if layout.num_kv_heads != num_heads:  # grouped keys and values (chapter 15): D -> Hkv * Dh
+            self.w_k = nn.Linear(d_model, layout.num_kv_heads * self.d_head, bias=bias)
+            self.w_v = nn.Linear(d_model, layout.num_kv_heads * self.d_head, bias=bias)
+        self.layout = layout
+        self.positions = positions
+        self.num_kv_heads = layout.num_kv_heads
+        self.window = layout.window
+        self.pos = None if positions is None else getattr(positions, "name", None)
         self.max_len = max_len
-        self.rope_fn = rope_fn  # a function given by the caller, not a closure over weights
-
-    def causal_mask_for(self, T: int, S: int, device, dtype, need_weights: bool):
-        """The mask of ``T`` new queries that are the last of ``S`` positions: None when a
-        single query may see every key; a bool mask for the weights path; a
-        :class:`~attention_course.efficient.FusedMask` for the fused kernel. With ALiBi,
-        an additive float mask ``(H, T, S)``: the bias, ``-inf`` where a key is hidden."""
-        if self.window is not None:  # the rolling cache returns at most window - 1 old positions
-            S = T + min(S - T, self.window - 1)
-        if self.pos == "alibi":
-            keep = None if self.window is None else sliding_window_mask(T, self.window, device, S=S)
-            return alibi_causal_mask(self.num_heads, T, S, device, dtype, need_weights, keep=keep)
-        if T == 1:
-            return None
-        if self.window is not None:
-            mask = sliding_window_mask(T, self.window, device, S=S)  # (T, S) bool
-        else:
-            mask = causal_mask(T, device, S=S)  # (T, S) bool
-        return mask if need_weights else prepare_fused_mask(mask, dtype)
+        # a function given by the caller, not a closure over weights
+        self.rope_fn = getattr(positions, "rotate_fn", None)
 
     def forward(
         self,
         x: torch.Tensor,
         need_weights: bool = False,
         cache: AttentionCache | None = None,
-        mask: torch.Tensor | FusedMask | None = None,
+        mask: AttentionMask | torch.Tensor | FusedMask | None = None,
     ):
-        """``mask``: an already built causal mask (a model passes the same one to every
-        layer); None builds it here."""
+        """``mask``: the model's :class:`~attention_course.efficient.AttentionMask` (built
+        once, given to every layer: :func:`causal_attention_mask`); None builds it here."""
         require_float("x", x)
         require_ndim("x", x, (3,), f"(B, T, {self.d_model})")
         if x.shape[-1] != self.d_model:
@@ -177,27 +210,22 @@ class CausalSelfAttention(MultiHeadAttention):
                 f"x: got shape {tuple(x.shape)}, expected (B, T, d_model={self.d_model})"
             )
         T = x.shape[1]
-        if self.window is not None and cache is not None:
-            if not isinstance(cache, RollingAttentionCache) or cache.window != self.window:
-                raise ValueError(
-                    f"cache: got {type(cache).__name__}, expected a RollingAttentionCache("
-                    f"window={self.window}) (GPT.new_cache makes one)"
-                )
+        start = 0 if cache is None else cache.length  # positions already cached
+        if cache is not None:
+            self.layout.check_cache(cache)
         if mask is None:
-            S = T + (cache.length if cache is not None else 0)
-            mask = self.causal_mask_for(T, S, x.device, x.dtype, need_weights)
+            mask = causal_attention_mask(
+                T, start + T, self.layout, self.positions, x.device, x.dtype
+            )
         q = _split_heads(self.w_q(x), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
         k = _split_heads(self.w_k(x), self.num_kv_heads)  # (B, T, Hkv*Dh) -> (B, Hkv, T, Dh)
         v = _split_heads(self.w_v(x), self.num_kv_heads)  # (B, T, Hkv*Dh) -> (B, Hkv, T, Dh)
-        if self.pos == "rope":  # rotate at absolute positions: after the cached ones
-            start = cache.length if cache is not None else 0
-            positions = torch.arange(start, start + T, device=x.device)  # (T,)
-            rotate = apply_rope if self.rope_fn is None else self.rope_fn
-            q, k = rotate(q, positions), rotate(k, positions)  # rotated, same shapes
-        if cache is not None:  # the cache stores the Hkv heads, never the repeated copies
-            k, v = cache.update(k, v)  # (B, Hkv, S, Dh) each
-        n_rep = self.num_heads // self.num_kv_heads  # query heads per key/value head
-        k, v = _repeat_kv(k, n_rep), _repeat_kv(v, n_rep)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
+        if self.positions is not None:  # e.g. RoPE: rotate at absolute positions start + t
+            q, k = self.positions.rotate(q, k, start)  # same shapes
+        # the cache stores the Hkv heads (rotated), never the repeated copies
+        if cache is not None:
+            k, v = self._remember(k, v, cache)  # (B, Hkv, S, Dh) each
+        k, v = self.layout.expand(k, v)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
         out, weights = self.attend(q, k, v, mask, need_weights)
         return (out, weights) if need_weights else out
 
@@ -224,6 +252,9 @@ class GPTBlock(nn.Module):
         num_kv_heads: int | None = None,
         window: int | None = None,
         rope_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        *,
+        positions=None,
+        layout: KVLayout | None = None,
     ) -> None:
         super().__init__()
         self.norm1 = make_norm(norm, d_model)
@@ -236,6 +267,8 @@ class GPTBlock(nn.Module):
             window=window,
             max_len=max_len,
             rope_fn=rope_fn,
+            positions=positions,
+            layout=layout,
         )
         if ffn == "none":  # attention-only (chapter 17): no FFN, so no norm before it
             self.norm2, self.ffn = nn.Identity(), None
@@ -358,15 +391,13 @@ class GPT(nn.Module):
         if not isinstance(tie_weights, bool):
             raise ValueError(f"tie_weights: got {tie_weights!r}, expected True or False")
         _check_heads(d_model, num_heads)  # the attention module's own message
-        if num_kv_heads is not None:
-            check_positive_int("num_kv_heads", num_kv_heads)
-            if num_heads % num_kv_heads != 0:
-                raise ValueError(
-                    f"num_kv_heads: got {num_kv_heads}, expected a divisor of num_heads={num_heads}"
-                )
-        if window is not None:
-            check_positive_int("window", window)
+        # The pieces every layer's attention is given (one of each, shared): the key/value
+        # layout (chapter 15) and the positions inside attention (chapter 14); their own
+        # checks and messages.
+        kv_layout = KVLayout(num_heads, num_kv_heads, window)
         _check_rope_fn(rope_fn, pos)
+        attention_pos = pos if pos in ("rope", "alibi") else None  # inside attention (ch. 14)
+        attention_pieces = attention_positions(attention_pos, num_heads, rope_fn)
 
         self.vocab_size = vocab_size
         self.d_model = d_model
@@ -388,7 +419,8 @@ class GPT(nn.Module):
             table = sinusoidal_positional_encoding(max_len, d_model)
             self.register_buffer("pos_table", table, persistent=False)
         self.drop = nn.Dropout(dropout)
-        attention_pos = pos if pos in ("rope", "alibi") else None  # inside attention (ch. 14)
+        self.kv_layout = kv_layout
+        self.attention_positions = attention_pieces  # None for positions outside attention
         self.blocks = nn.ModuleList(
             GPTBlock(
                 d_model,
@@ -398,10 +430,8 @@ class GPT(nn.Module):
                 ffn,
                 max_len,
                 norm,
-                pos=attention_pos,
-                num_kv_heads=num_kv_heads,
-                window=window,
-                rope_fn=rope_fn,
+                positions=attention_pieces,
+                layout=kv_layout,
             )
             for _ in range(num_layers)
         )
@@ -464,17 +494,16 @@ class GPT(nn.Module):
             down = block.ffn.w2 if self.ffn_type == "swiglu" else block.ffn.linear2
             nn.init.normal_(down.weight, 0.0, residual_std)
 
-    def new_cache(self) -> KVCache:
-        """An empty KV cache (chapter 12's :class:`~attention_course.KVCache`) for this model."""
-        cache = KVCache()
-        cache.start(self.num_layers, None, self.tok_emb.weight.dtype)
-        if self.window is not None:  # chapter 15: each layer keeps only the last window positions
-            for layer in cache.layers:
-                layer.self_attn = RollingAttentionCache(self.window)
-        return cache
+    def new_cache(self) -> DecoderCache:
+        """An empty KV cache (chapter 12) for this model: a
+        :class:`~attention_course.efficient.DecoderCache` with one cache per layer, an
+        :class:`~attention_course.efficient.AttentionCache` (with ``window``, chapter 15: a
+        :class:`~attention_course.kv.RollingAttentionCache` keeping the last ``window``
+        positions)."""
+        return DecoderCache([self.kv_layout.new_cache() for _ in range(self.num_layers)])
 
     def forward(
-        self, ids: torch.Tensor, return_attention: bool = False, cache: KVCache | None = None
+        self, ids: torch.Tensor, return_attention: bool = False, cache: DecoderCache | None = None
     ):
         start = cache.length if cache is not None else 0
         limit = self.max_len - start if self.pos in ABSOLUTE_POSITIONS else 2**62
@@ -494,12 +523,13 @@ class GPT(nn.Module):
         elif self.pos == "sinusoidal":
             x = x + self.pos_table[start : start + T].to(x.dtype)
         x = self.drop(x)
-        attn0 = self.blocks[0].attn
-        # One causal mask for every layer, built once.
-        mask = attn0.causal_mask_for(T, start + T, x.device, x.dtype, return_attention)
+        # One mask for every layer, built once from the pieces the layers are given.
+        mask = causal_attention_mask(
+            T, start + T, self.kv_layout, self.attention_positions, x.device, x.dtype
+        )
         weights = []
         for i, block in enumerate(self.blocks):
-            layer_cache = cache.layers[i].self_attn if cache is not None else None
+            layer_cache = cache.layers[i] if cache is not None else None
             x = block(x, mask, need_weights=return_attention, cache=layer_cache)
             if return_attention:
                 x, w = x

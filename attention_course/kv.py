@@ -13,6 +13,10 @@ At decoding time a model keeps every layer's keys and values (chapter 12's KV ca
   Jiang et al., 2023): each token sees itself and the ``window - 1`` tokens before it
   (:func:`sliding_window_mask`), so the cache needs only the last ``window`` positions:
   :class:`RollingAttentionCache`, a rolling buffer whose size stops growing.
+
+:class:`KVLayout` gathers both choices (``num_kv_heads``, ``window``) into the piece an
+attention module is given: it repeats the key/value heads, says which keys a query sees
+and makes the matching cache.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import torch
 
 from ._validate import check_positive_int, require_ndim
 from .efficient import AttentionCache
+from .masking import causal_mask
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -160,3 +165,73 @@ class RollingAttentionCache(AttentionCache):
         self._values[:, :, slots] = values[:, :, Tn - m :]
         self.length = t + Tn
         return all_keys, all_values
+
+
+class KVLayout:
+    """The key/value layout an attention module is given: heads shared, window, cache.
+
+    - ``num_kv_heads``: ``num_heads`` (multi-head attention, the default), fewer (GQA:
+      each key/value head serves ``num_heads / num_kv_heads`` query heads) or 1 (MQA).
+    - ``window``: None (every earlier key) or sliding-window attention over the last
+      ``window`` positions, with a :class:`RollingAttentionCache`.
+
+    The attention module projects ``num_kv_heads`` key/value heads, stores them in
+    :meth:`new_cache`'s cache, :meth:`expand` repeats them for the query heads, and
+    :meth:`visible` is the causal (or sliding-window) mask.
+
+    Raises:
+        ValueError: a count that is not a positive int, ``num_heads % num_kv_heads != 0``.
+    """
+
+    def __init__(self, num_heads: int, num_kv_heads: int | None = None, window: int | None = None):
+        check_positive_int("num_heads", num_heads)
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        check_positive_int("num_kv_heads", num_kv_heads)
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"num_kv_heads: got {num_kv_heads}, expected a divisor of num_heads={num_heads} "
+                "(each key/value head serves num_heads / num_kv_heads query heads)"
+            )
+        if window is not None:
+            check_positive_int("window", window)
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.window = window
+        self.n_rep = num_heads // num_kv_heads  # query heads per key/value head
+
+    def expand(self, k: torch.Tensor, v: torch.Tensor):
+        """``(B, Hkv, S, Dh)`` keys and values -> ``(B, H, S, Dh)`` (:func:`repeat_kv`)."""
+        if self.n_rep == 1:  # multi-head attention: nothing to repeat
+            return k, v
+        return _repeat_kv(k, self.n_rep), _repeat_kv(v, self.n_rep)
+
+    def new_cache(self) -> AttentionCache:
+        """An empty cache for one layer: a :class:`RollingAttentionCache` with a window."""
+        return AttentionCache() if self.window is None else RollingAttentionCache(self.window)
+
+    def check_cache(self, cache) -> None:
+        """Raise ``ValueError`` unless ``cache`` fits this layout (a window's rolling cache)."""
+        if self.window is None:
+            return
+        if not isinstance(cache, RollingAttentionCache) or cache.window != self.window:
+            raise ValueError(
+                f"cache: got {type(cache).__name__}, expected a RollingAttentionCache("
+                f"window={self.window}) (GPT.new_cache makes one)"
+            )
+
+    def visible_keys(self, T: int, S: int) -> int:
+        """How many keys ``T`` new queries (the last of ``S`` positions) are given: all
+        ``S``, or with a window the new ones and at most ``window - 1`` cached ones (those
+        a :class:`RollingAttentionCache` returns)."""
+        return S if self.window is None else T + min(S - T, self.window - 1)
+
+    def visible(self, T: int, S: int, device=None) -> torch.Tensor:
+        """Which of the ``S`` keys (:meth:`visible_keys`) each of the ``T`` new queries may
+        see: :func:`~attention_course.causal_mask` or :func:`sliding_window_mask`, ``(T, S)``."""
+        if self.window is None:
+            return causal_mask(T, device, S=S)
+        return sliding_window_mask(T, self.window, device, S=S)
+
+    def __repr__(self) -> str:
+        heads = f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}"
+        return f"KVLayout({heads}, window={self.window})"

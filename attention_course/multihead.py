@@ -18,7 +18,7 @@ from ._validate import (
     shape_str,
 )
 from .attention import scaled_dot_product_attention
-from .efficient import AttentionCache, FusedMask, fused_attention
+from .efficient import AttentionCache, AttentionMask, FusedMask, MemoryCache, fused_attention
 
 
 def _check_heads(d_model: int, num_heads: int) -> None:
@@ -147,6 +147,8 @@ class MultiHeadAttention(nn.Module):
                 f"value: got shape {shape_str(value.shape)}, expected S={key.shape[1]} "
                 f"positions to match key {shape_str(key.shape)}"
             )
+        if isinstance(mask, AttentionMask):
+            mask = mask.dense
         if mask is not None and not isinstance(mask, FusedMask):
             target = (query.shape[0], self.num_heads, query.shape[1], key.shape[1])
             check_mask(mask, target, "(B, H, T, S)")
@@ -156,14 +158,17 @@ class MultiHeadAttention(nn.Module):
         query: torch.Tensor,
         key: torch.Tensor,
         value: torch.Tensor,
-        mask: torch.Tensor | None = None,
+        mask: torch.Tensor | AttentionMask | None = None,
         need_weights: bool = True,
-        cache: AttentionCache | None = None,
+        cache: AttentionCache | MemoryCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """With ``cache`` (an :class:`~attention_course.efficient.AttentionCache`, from a
+        """With ``cache`` (an :class:`~attention_course.efficient.AttentionCache`, or a
+        :class:`~attention_course.efficient.MemoryCache` for cross-attention, from a
         decoder that has checked its inputs), ``key`` and ``value`` hold only the new
-        positions: their projections are appended to the cached ones (a static cache
-        projects them once), and ``mask`` covers all cached keys."""
+        positions: their projections are appended to the cached ones (the memory's are
+        projected once), and ``mask`` covers all cached keys. ``mask`` may be an
+        :class:`~attention_course.efficient.AttentionMask`, the mask a model builds once
+        for all its layers."""
         if cache is None:
             self._validate(query, key, value, mask)
         q = _split_heads(self.w_q(query), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
@@ -172,24 +177,40 @@ class MultiHeadAttention(nn.Module):
         else:
             k = _split_heads(self.w_k(key), self.num_heads)  # (B, S, kdim) -> (B, H, S, Dh)
             v = _split_heads(self.w_v(value), self.num_heads)  # (B, S, vdim) -> (B, H, S, Dh)
-        return self.attend(q, k, v, mask, need_weights, cache)
+            if cache is not None:
+                k, v = self._remember(k, v, cache)
+        return self.attend(q, k, v, mask, need_weights)
 
-    def attend(self, q, k, v, mask=None, need_weights: bool = True, cache=None):
+    @staticmethod
+    def _remember(k, v, cache):
+        """The one place in the package that writes a KV cache: the new positions' keys and
+        values go into ``cache`` (None: no cache), and all the keys and values the queries
+        may see come back. Every attention module (this one, and
+        :class:`~attention_course.gpt.CausalSelfAttention` after its rotation) calls it
+        between its projections and :meth:`attend`, which never sees a cache.
+
+        Shapes: k, v ``(B, Hkv, Tn, Dh)``; returns two ``(B, Hkv, S, Dh)``.
+        """
+        if cache is None:
+            return k, v
+        return cache.update(k, v)
+
+    def attend(self, q, k, v, mask=None, need_weights: bool = True):
         """Attention of projected heads, then the output projection ``w_o``.
 
         The one place that computes multi-head attention: :meth:`forward` calls it
         after the projections; a variant that transforms the heads first (rotary
-        positions, grouped keys and values) calls it with its own ``q, k, v``.
-        With ``cache``, ``k`` and ``v`` (the new positions) go into it first and the
-        queries attend to every cached position. ``need_weights=False`` takes
-        PyTorch's fused kernel and returns None for the weights.
+        positions, grouped keys and values) calls it with its own ``q, k, v``. It
+        never touches a KV cache: ``k`` and ``v`` are every key and value the queries
+        may see. ``need_weights=False`` takes PyTorch's fused kernel and returns None
+        for the weights.
 
         Shapes: q ``(B, H, T, Dh)``; k, v ``(B, H, S, Dh)``; mask broadcastable to
-        ``(B, H, T, S)`` (S counting the cached positions) or a ``FusedMask``;
+        ``(B, H, T, S)``, or an :class:`~attention_course.efficient.AttentionMask`;
         returns ``(B, T, D)`` and weights ``(B, H, T, S)`` or None.
         """
-        if cache is not None:
-            k, v = cache.update(k, v)  # (B, H, t + Tn, Dh) each
+        if isinstance(mask, AttentionMask):  # the model's one mask, converted at most once
+            mask = mask.dense if need_weights else mask.fused(q.dtype)
         p = self.dropout if self.training else 0.0
         if need_weights:
             heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p)

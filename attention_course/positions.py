@@ -11,11 +11,20 @@ how far apart two tokens are rather than where they are.
 - ALiBi (Press et al., 2022, "Train Short, Test Long: Attention with Linear Biases
   Enables Input Length Extrapolation"): add ``-slope_h * (i - j)`` to the score of
   query ``i`` and key ``j``, one fixed slope per head.
+
+An attention module is *given* its relative positions as a small object
+(:func:`attention_positions` makes one from a name): :class:`RotaryPositions` rotates
+the queries and keys, :class:`ALiBiPositions` adds its bias to the scores. Both have the
+same two methods, ``rotate(q, k, start)`` and ``score_mask(T, S, visible, device, dtype)``
+(and ``on_scores``: whether ``score_mask`` changes the mask); a
+variant (another RoPE layout through ``rotate=``, a scaled RoPE through ``scaling=``)
+is another such object, never a change to a package attribute.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -77,13 +86,25 @@ def apply_rope(
     if positions is None:
         positions = torch.arange(T, device=x.device)  # (T,)
     _check_positions(positions, x)
+    return _rotate(x, positions, _rope_frequencies(Dh, base, x))
+
+
+def _work_dtype(x: torch.Tensor) -> torch.dtype:
     # Angles in float32 at least (as Hugging Face does): positions * frequencies lose
     # precision in half precision long before the sequence ends.
-    work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    half = Dh // 2
-    i = torch.arange(half, device=x.device, dtype=work)  # (Dh/2,)
-    inv_freq = base ** (-2 * i / Dh)  # (Dh/2,): base^(-2i/Dh)
-    angles = positions.to(work)[..., None] * inv_freq  # (T, Dh/2) or (B, T, Dh/2)
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _rope_frequencies(Dh: int, base: float, x: torch.Tensor) -> torch.Tensor:
+    """RoPE's ``Dh / 2`` frequencies ``base^(-2i/Dh)``, in the angle dtype for ``x``."""
+    i = torch.arange(Dh // 2, device=x.device, dtype=_work_dtype(x))  # (Dh/2,)
+    return base ** (-2 * i / Dh)  # (Dh/2,): base^(-2i/Dh)
+
+
+def _rotate(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """:func:`apply_rope`'s rotation (half-split) with given frequencies, without checks."""
+    T, half = x.shape[-2], x.shape[-1] // 2
+    angles = positions.to(inv_freq.dtype)[..., None] * inv_freq  # (T, Dh/2) or (B, T, Dh/2)
     if positions.dim() == 2:  # (B, T, Dh/2) -> (B, 1, .., 1, T, Dh/2), one 1 per middle axis
         angles = angles.view(angles.shape[0], *([1] * (x.dim() - 3)), T, half)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
@@ -158,3 +179,123 @@ def alibi_causal_mask(num_heads: int, T: int, S: int, device, dtype, need_weight
         keep = causal_mask(T, device, S=S)  # (T, S) bool, True = may attend
     mask = bias.masked_fill(~keep, float("-inf"))  # (H, T, S)
     return mask if need_weights else prepare_fused_mask(mask, dtype)
+
+
+def _check_base(base: object) -> None:
+    if not isinstance(base, (int, float)) or isinstance(base, bool) or not base > 0:
+        raise ValueError(f"base: got {base!r}, expected a positive number")
+
+
+class RotaryPositions:
+    """RoPE as the piece an attention module is given: it rotates the queries and keys.
+
+    ``rotate(q, k, start)`` rotates ``q (B, H, T, Dh)`` and ``k (B, Hkv, T, Dh)`` at the
+    absolute positions ``start .. start + T - 1`` (after ``start`` cached positions, whose
+    keys were stored already rotated). By default that is :func:`apply_rope`'s half-split
+    rotation with ``base``; two ways to vary it, each an argument:
+
+    - ``rotate``: a function ``(x, positions) -> x`` used instead of the half-split
+      rotation on the queries and on the keys, e.g. the interleaved layout (RoFormer,
+      GPT-J) or a deliberately wrong rotation (chapter 14).
+    - ``scaling``: a function of the frequencies, ``inv_freq (Dh/2,) -> (Dh/2,)``,
+      applied before the angles are taken; e.g. ``lambda f: f / 4`` is linear position
+      interpolation (Chen et al., 2023, "Extending Context Window of Large Language
+      Models via Positional Interpolation"): position ``p`` rotates as ``p / 4`` did.
+      A scaled variant that needs more (a per-frequency rule, an attention
+      temperature) subclasses and overrides :meth:`frequencies` or :meth:`rotate`.
+
+    ``score_mask`` returns ``visible`` as it is: RoPE adds nothing to the scores
+    (``on_scores`` False).
+    """
+
+    name = "rope"
+    on_scores = False
+
+    def __init__(
+        self,
+        base: float = 10000.0,
+        rotate: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        scaling: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> None:
+        _check_base(base)
+        for name, fn in (("rotate", rotate), ("scaling", scaling)):
+            if fn is not None and not callable(fn):
+                raise ValueError(f"{name}: got {fn!r}, expected a function or None")
+        if rotate is not None and scaling is not None:
+            raise ValueError(
+                "scaling: given with rotate, expected one of them (scaling changes the "
+                "frequencies of the built-in rotation; a custom rotate has its own)"
+            )
+        self.base = base
+        self.rotate_fn = rotate
+        self.scaling = scaling
+
+    def frequencies(self, Dh: int, like: torch.Tensor) -> torch.Tensor:
+        """The ``Dh / 2`` rotation frequencies ``base^(-2i/Dh)`` (then ``scaling``), in
+        float32 (float64 for a float64 ``like``) on ``like``'s device."""
+        inv_freq = _rope_frequencies(Dh, self.base, like)
+        return inv_freq if self.scaling is None else self.scaling(inv_freq)
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, start: int = 0):
+        """``q`` and ``k`` rotated at positions ``start .. start + T - 1``: same shapes."""
+        T = q.shape[-2]
+        positions = torch.arange(start, start + T, device=q.device)  # (T,)
+        if self.rotate_fn is not None:
+            return self.rotate_fn(q, positions), self.rotate_fn(k, positions)
+        inv_freq = self.frequencies(q.shape[-1], q)
+        return _rotate(q, positions, inv_freq), _rotate(k, positions, inv_freq)
+
+    def score_mask(self, T: int, S: int, visible, device=None, dtype=torch.float32):
+        return visible
+
+    def __repr__(self) -> str:
+        parts = [f"base={self.base}"]
+        if self.rotate_fn is not None:
+            parts.append(f"rotate={getattr(self.rotate_fn, '__qualname__', self.rotate_fn)}")
+        if self.scaling is not None:
+            parts.append(f"scaling={getattr(self.scaling, '__qualname__', self.scaling)}")
+        return f"RotaryPositions({', '.join(parts)})"
+
+
+class ALiBiPositions:
+    """ALiBi as the piece an attention module is given: a bias on the scores.
+
+    ``rotate`` leaves the queries and keys as they are; ``score_mask(T, S, visible)`` is
+    the model's one mask with the bias in it: :func:`alibi_causal_mask` for ``num_heads``
+    heads, ``(H, T, S)`` (:func:`alibi_bias`, ``-inf`` where ``visible`` hides a key).
+    """
+
+    name = "alibi"
+    on_scores = True
+
+    def __init__(self, num_heads: int) -> None:
+        check_positive_int("num_heads", num_heads)
+        self.num_heads = num_heads
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, start: int = 0):
+        return q, k
+
+    def score_mask(self, T: int, S: int, visible, device=None, dtype=torch.float32):
+        # (H, T, S): the bias, -inf where a key is not visible
+        return alibi_causal_mask(self.num_heads, T, S, device, dtype, True, keep=visible)
+
+    def __repr__(self) -> str:
+        return f"ALiBiPositions(num_heads={self.num_heads})"
+
+
+def attention_positions(
+    pos: str | None,
+    num_heads: int,
+    rope_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+):
+    """The position piece for an attention module from its name: ``"rope"`` (with
+    ``rope_fn`` as its rotation, None for :func:`apply_rope`) -> :class:`RotaryPositions`,
+    ``"alibi"`` -> :class:`ALiBiPositions`, None (positions outside attention, or none)
+    -> None."""
+    if pos == "rope":
+        return RotaryPositions(rotate=rope_fn)
+    if pos == "alibi":
+        return ALiBiPositions(num_heads)
+    if pos is None:
+        return None
+    raise ValueError(f"pos: got {pos!r}, expected 'rope', 'alibi' or None")

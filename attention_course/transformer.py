@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ._validate import check_positive_int, check_probability, require_ndim, shape_str
-from .efficient import KVCache, LayerKVCache, prepare_fused_mask
+from .efficient import AttentionMask, KVCache, LayerKVCache
 from .embedding import check_token_ids, embed_tokens, xavier_init_
 from .ffn import PositionwiseFeedForward
 from .masking import causal_mask
@@ -117,14 +117,15 @@ class DecoderLayer(nn.Module):
         self.dropout3 = nn.Dropout(dropout)
 
     def _self_attention(self, x, mask, need_weights, cache=None):
-        # With a KV cache, x holds the new positions; their keys and values join the cached ones.
-        slot = {} if cache is None else {"cache": cache.self_attn}
+        # With a KV cache, x holds the new positions; their keys and values join the cached
+        # ones (the layer's cache *is* its self-attention's AttentionCache).
+        slot = {} if cache is None else {"cache": cache}
         out, weights = self.self_attn(x, x, x, mask=mask, need_weights=need_weights, **slot)
         return self.dropout1(out), weights
 
     def _cross_attention(self, x, memory, mask, need_weights, cache=None):
         # queries from the decoder (x), keys and values from the encoder (memory)
-        slot = {} if cache is None else {"cache": cache.cross_attn}  # the memory, projected once
+        slot = {} if cache is None else {"cache": cache.memory}  # the memory, projected once
         out, weights = self.cross_attn(
             x, memory, memory, mask=mask, need_weights=need_weights, **slot
         )
@@ -314,8 +315,12 @@ class Transformer(nn.Module):
     def encode(self, src: torch.Tensor, return_attention: bool = False):
         """Encode the source: ``(B, S)`` ids -> memory ``(B, S, D)``."""
         self._check_ids("src", src)
+        return self._encode(src, AttentionMask(self.source_mask(src)), return_attention)
+
+    def _encode(self, src, src_mask: AttentionMask, return_attention: bool = False):
+        """:meth:`encode` after its checks, with the source mask built (once, for every layer)."""
         x = embed_tokens(self.src_embedding, self.positional, src)
-        return self.encoder(x, self.source_mask(src), return_attention=return_attention)
+        return self.encoder(x, src_mask, return_attention=return_attention)
 
     def decode(
         self,
@@ -336,20 +341,24 @@ class Transformer(nn.Module):
         """
         self._check_ids("tgt", tgt)
         _check_decode_inputs(self, tgt, memory, src, cache)
-        memory_mask = None if src is None else self.source_mask(src)
+        # the source mask is kept by a cache at its first step: built only when needed
+        needed = src is not None and (cache is None or cache.length == 0)
+        memory_mask = self.source_mask(src) if needed else None
         return self._decode(tgt, memory, memory_mask, return_attention, cache)
 
     def _decode(self, tgt, memory, memory_mask, return_attention=False, cache=None):
         """:meth:`decode` after its checks (:func:`greedy_decode` calls it at every step)."""
+        # Each mask is built once, as one AttentionMask, and given to every layer (which
+        # converts it for the fused kernel at most once).
         if cache is None:
-            start, tgt_mask = 0, self.target_mask(tgt)
+            start, tgt_mask = 0, AttentionMask(self.target_mask(tgt))
+            if not isinstance(memory_mask, AttentionMask):
+                memory_mask = AttentionMask(memory_mask)
         else:  # the new tokens continue where the cache ends
             start, keep = cache.length, None if self.pad_id is None else tgt != self.pad_id
-            keep = cache.begin_step(len(self.decoder.layers), memory_mask, memory.dtype, keep)
-            tgt_mask = _step_mask(tgt.shape[1], start, keep, tgt.device)
-            memory_mask = cache.memory_mask if return_attention else cache.fused_memory_mask
-            if not return_attention and tgt_mask is not None:  # convert once for all layers
-                tgt_mask = prepare_fused_mask(tgt_mask, memory.dtype)
+            keep = cache.begin_step(len(self.decoder.layers), memory_mask, keep)
+            tgt_mask = AttentionMask(_step_mask(tgt.shape[1], start, keep, tgt.device))
+            memory_mask = cache.memory_mask  # the first step's, converted once for the run
         y = embed_tokens(self.tgt_embedding, self.positional, tgt, start=start)
         out = self.decoder(y, memory, tgt_mask, memory_mask, return_attention, cache=cache)
         if return_attention:
@@ -358,13 +367,16 @@ class Transformer(nn.Module):
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits: position ``t`` predicts ``tgt[:, t + 1]``."""
-        memory = self.encode(src)  # checks src
+        self._check_ids("src", src)
         self._check_ids("tgt", tgt)
         if src.shape[0] != tgt.shape[0]:
             raise ValueError(
                 f"tgt: got batch size {tgt.shape[0]}, expected {src.shape[0]} to match src"
             )
-        return self._decode(tgt, memory, self.source_mask(src))
+        # One source mask: the encoder's self-attention and the decoder's cross-attention
+        # hide the same padded source keys.
+        src_mask = AttentionMask(self.source_mask(src))
+        return self._decode(tgt, self._encode(src, src_mask), src_mask)
 
 
 def _step_mask(Tn: int, t: int, keep: torch.Tensor | None, device) -> torch.Tensor | None:
@@ -497,8 +509,9 @@ def greedy_decode(
 
 def _greedy_loop(model, src, max_len, bos_id, eos_id, pad, use_cache):
     """The loop of :func:`greedy_decode`, after its checks."""
-    memory = model.encode(src)  # checks src; computed once, reused at every step
-    memory_mask = model.source_mask(src)  # (B, 1, 1, S) or None, also reused
+    # the source mask ((B, 1, 1, S) or none) and the memory: built once, reused at every step
+    memory_mask = AttentionMask(model.source_mask(src))
+    memory = model._encode(src, memory_mask)  # src was checked by greedy_decode
     cache = KVCache() if use_cache else None
     B = src.shape[0]
     out = torch.full((B, max_len), pad, dtype=torch.long, device=src.device)

@@ -209,6 +209,16 @@ EXEMPT: dict[tuple[str, str], str] = {
         "the rotation RoPE applies (chapter 14 passes the interleaved layout; tested in "
         "tests/test_rope_fn.py); exercise 13 asks for (d_model, num_heads, bias, dropout) only"
     ),
+    ("causal_self_attention", "positions"): (
+        "the position piece the package's module is given (chapter 14's RoPE or ALiBi; tested "
+        "in tests/test_cache_structure.py); exercise 13 asks for (d_model, num_heads, bias, "
+        "dropout) only"
+    ),
+    ("causal_self_attention", "layout"): (
+        "the key/value layout piece (chapter 15's grouped heads and windows; tested in "
+        "tests/test_cache_structure.py); exercise 13 asks for (d_model, num_heads, bias, "
+        "dropout) only"
+    ),
     ("causal_self_attention", "max_len"): (
         "a bound for the positions of chapter 14; unused by exercise 13's module"
     ),

@@ -34,7 +34,7 @@ from attention_course import (
     to_additive_mask,
     to_torch_mha_mask,
 )
-from attention_course.efficient import AttentionCache
+from attention_course.efficient import AttentionCache, MemoryCache
 from attention_course.embedding import embed_tokens
 from attention_course.transformer import KVCache
 
@@ -257,11 +257,11 @@ def test_attention_fed_through_a_cache_chunk_by_chunk_equals_causal_attention(ne
     assert_close(torch.cat(outputs, dim=1), full)
 
 
-def test_a_static_cache_projects_the_memory_once():
+def test_a_memory_cache_projects_the_memory_once():
     torch.manual_seed(0)
     attn = MultiHeadAttention(8, 2).double().eval()
     x, memory = torch.randn(2, 3, 8, dtype=torch.float64), torch.randn(2, 5, 8, dtype=torch.float64)
-    cache = AttentionCache(static=True)
+    cache = MemoryCache()
     first, _ = attn(x[:, :1], memory, memory, cache=cache)
     assert cache.filled
     keys = cache.keys

@@ -156,7 +156,7 @@ def test_cache_stores_only_the_kv_heads(num_kv_heads):
     for layer in cache.layers:
         assert layer.keys.shape == layer.values.shape == (B, num_kv_heads, 10, Dh)
         # the stored buffers (not only the views) have Hkv heads
-        assert layer.self_attn._keys.shape[1] == num_kv_heads
+        assert layer._keys.shape[1] == num_kv_heads
 
 
 @pytest.mark.parametrize("num_kv_heads,window", [(2, 4), (1, 1), (4, 7)])
@@ -173,7 +173,7 @@ def test_rolling_cache_holds_at_most_window_positions(num_kv_heads, window):
         for t in range(3, 20):
             model(ids[:, t : t + 1], cache=cache)
             for layer in cache.layers:
-                slot = layer.self_attn
+                slot = layer
                 assert isinstance(slot, RollingAttentionCache)
                 assert slot.length == t + 1
                 assert slot._keys.shape == slot._values.shape == (B, num_kv_heads, window, Dh)

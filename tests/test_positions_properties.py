@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import attention_course.gpt
 from attention_course import GPT, alibi_bias, alibi_slopes
 
 
@@ -53,7 +52,7 @@ def _interleaved(x, positions=None, base=10000.0):
     return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
 
 
-def test_swapping_the_rope_layout_is_undone_by_permuting_w_q_and_w_k(monkeypatch):
+def test_swapping_the_rope_layout_is_undone_by_permuting_w_q_and_w_k():
     torch.manual_seed(0)
     model = GPT(30, d_model=32, num_heads=4, num_layers=2, pos="rope").double().eval()
     ids = torch.randint(0, 30, (2, 11))
@@ -62,7 +61,11 @@ def test_swapping_the_rope_layout_is_undone_by_permuting_w_q_and_w_k(monkeypatch
         block.attn.w_k.weight.data *= 30
     with torch.no_grad():
         right = model(ids)
-    monkeypatch.setattr(attention_course.gpt, "apply_rope", _interleaved)
+    # the other layout is a piece the model is given (rope_fn), with the same weights
+    swapped_model = GPT(30, d_model=32, num_heads=4, num_layers=2, pos="rope", rope_fn=_interleaved)
+    swapped_model = swapped_model.double().eval()
+    swapped_model.load_state_dict(model.state_dict())
+    model = swapped_model
     with torch.no_grad():
         swapped = model(ids)
     assert not torch.allclose(right, swapped, atol=1e-2)  # the wrong layout changes the model

@@ -17,9 +17,9 @@ additive. Nothing here chooses a device: modules follow their inputs.
 
 Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``masking`` 5,
 ``multihead`` 6, ``norms`` 7 and 16 (RMSNorm), ``ffn`` 8 and 16 (SwiGLU), ``positional`` 9
-(absolute positions), ``transformer`` and ``diagram`` 10, ``classifier`` 11, ``efficient``
-(the one mask per forward, the KV cache) and ``tiled`` 12, ``gpt``, ``sampling``,
-``tokenizer``, ``ngram`` and ``train`` 13, ``positions`` 14 (relative positions: RoPE, ALiBi,
+(absolute positions), ``transformer`` and ``diagram`` 10, ``classifier`` 11, ``fused``
+(PyTorch's kernel, the one mask per forward), ``kv_cache`` and ``tiled`` 12, ``gpt``,
+``sampling``, ``tokenizer``, ``ngram`` and ``train`` 13, ``relative_positions`` 14 (RoPE, ALiBi,
 the position pieces attention is given), ``kv`` 15 (and the key/value layout piece),
 ``interpret`` 17; ``checks`` and ``quiz`` for the exercises, ``grading`` for instructors.
 The README has the same map as a table.
@@ -35,9 +35,9 @@ from .attention import (
 )
 from .classifier import TransformerClassifier, masked_max_pool, masked_mean_pool
 from .device import get_device, seed_everything
-from .efficient import KVCache
 from .ffn import PositionwiseFeedForward
 from .interop import copy_weights_from_torch
+from .kv_cache import KVCache
 from .masking import causal_mask, padding_mask, to_additive_mask, to_torch_mha_mask
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 from .norms import BatchNorm1d, LayerNorm
@@ -63,7 +63,7 @@ from .gpt import GPT, CausalSelfAttention, load_gpt_checkpoint
 from .interpret import attention_rollout, induction_scores
 from .kv import repeat_kv, sliding_window_mask
 from .ngram import NGramModel
-from .positions import alibi_bias, alibi_slopes, apply_rope
+from .relative_positions import alibi_bias, alibi_slopes, apply_rope
 from .sampling import filter_logits, generate
 from .tokenizer import CharTokenizer
 from .train import evaluate_lm, train_language_model

@@ -19,14 +19,15 @@ import torch
 from torch import nn
 
 from ._validate import check_positive_int, check_probability, require_float, require_ndim
-from .efficient import AttentionCache, AttentionMask, DecoderCache, FusedMask
 from .embedding import check_token_ids
 from .ffn import make_ffn, swiglu_hidden_size
+from .fused import AttentionMask, FusedMask
 from .kv import KVLayout
+from .kv_cache import AttentionCache, DecoderCache
 from .multihead import MultiHeadAttention, _check_heads, _split_heads
 from .norms import RMSNorm, make_norm
 from .positional import sinusoidal_positional_encoding
-from .positions import attention_positions
+from .relative_positions import attention_positions
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 NORMS = ("layer", "rms")
@@ -41,7 +42,7 @@ def _check_choice(name: str, value: object, choices: tuple) -> None:
 
 
 def _is_position_piece(positions: object) -> bool:
-    """Has the two methods of :mod:`attention_course.positions`'s pieces."""
+    """Has the two methods of :mod:`attention_course.relative_positions`'s pieces."""
     return callable(getattr(positions, "rotate", None)) and callable(
         getattr(positions, "score_mask", None)
     )
@@ -93,7 +94,7 @@ class CausalSelfAttention(MultiHeadAttention):
     same :meth:`~attention_course.MultiHeadAttention.attend`: one implementation of the
     attention maths in the package) whose queries, keys and values all come from ``x``
     and whose mask is causal. With ``cache`` (an
-    :class:`~attention_course.efficient.AttentionCache`, chapter 12's KV cache) ``x``
+    :class:`~attention_course.kv_cache.AttentionCache`, chapter 12's KV cache) ``x``
     holds only the new positions; they attend to every cached one and to themselves
     causally.
 
@@ -123,11 +124,12 @@ class CausalSelfAttention(MultiHeadAttention):
     :class:`~attention_course.kv.RollingAttentionCache` (at most ``window`` positions).
 
     The pieces it is given: ``positions`` (a position piece of
-    :mod:`attention_course.positions`: :class:`~attention_course.positions.RotaryPositions`,
-    :class:`~attention_course.positions.ALiBiPositions`, or one of the same shape, e.g.
+    :mod:`attention_course.relative_positions`: :class:`~attention_course.relative_positions.
+    RotaryPositions`, :class:`~attention_course.relative_positions.ALiBiPositions`, or one of
+    the same shape, e.g.
     a scaled RoPE) and ``layout`` (a :class:`~attention_course.kv.KVLayout`: key/value
     heads, window, cache type). Without them they are made from ``pos``/``rope_fn`` and
-    ``num_kv_heads``/``window`` (:func:`~attention_course.positions.attention_positions`);
+    ``num_kv_heads``/``window`` (:func:`~attention_course.relative_positions.attention_positions`);
     a model gives every layer the same ones. The module calls them, in order: project,
     ``positions.rotate``, the cache (:meth:`~attention_course.MultiHeadAttention._remember`),
     ``layout.expand``, :meth:`~attention_course.MultiHeadAttention.attend`.
@@ -180,7 +182,8 @@ class CausalSelfAttention(MultiHeadAttention):
         elif not _is_position_piece(positions):
             raise ValueError(
                 f"positions: got {positions!r}, expected a position piece with rotate(q, k, "
-                "start) and score_mask(T, S, visible, device, dtype) (attention_course.positions)"
+                "start) and score_mask(T, S, visible, device, dtype) "
+                "(attention_course.relative_positions)"
             )
         if layout.num_kv_heads != num_heads:  # grouped keys and values (chapter 15): D -> Hkv * Dh
             self.w_k = nn.Linear(d_model, layout.num_kv_heads * self.d_head, bias=bias)
@@ -201,7 +204,7 @@ class CausalSelfAttention(MultiHeadAttention):
         cache: AttentionCache | None = None,
         mask: AttentionMask | torch.Tensor | FusedMask | None = None,
     ):
-        """``mask``: the model's :class:`~attention_course.efficient.AttentionMask` (built
+        """``mask``: the model's :class:`~attention_course.fused.AttentionMask` (built
         once, given to every layer: :func:`causal_attention_mask`); None builds it here."""
         require_float("x", x)
         require_ndim("x", x, (3,), f"(B, T, {self.d_model})")
@@ -496,8 +499,8 @@ class GPT(nn.Module):
 
     def new_cache(self) -> DecoderCache:
         """An empty KV cache (chapter 12) for this model: a
-        :class:`~attention_course.efficient.DecoderCache` with one cache per layer, an
-        :class:`~attention_course.efficient.AttentionCache` (with ``window``, chapter 15: a
+        :class:`~attention_course.kv_cache.DecoderCache` with one cache per layer, an
+        :class:`~attention_course.kv_cache.AttentionCache` (with ``window``, chapter 15: a
         :class:`~attention_course.kv.RollingAttentionCache` keeping the last ``window``
         positions)."""
         return DecoderCache([self.kv_layout.new_cache() for _ in range(self.num_layers)])

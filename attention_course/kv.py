@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from ._validate import check_positive_int, require_ndim
-from .efficient import AttentionCache
+from .kv_cache import AttentionCache
 from .masking import causal_mask
 
 
@@ -106,7 +106,7 @@ class RollingAttentionCache(AttentionCache):
     ``(B, Hkv, window, Dh)``: decoding memory stops growing with the length.
 
     :attr:`length` counts every position seen (the position of the next token), as in
-    :class:`~attention_course.efficient.AttentionCache`; :attr:`keys` and :attr:`values`
+    :class:`~attention_course.kv_cache.AttentionCache`; :attr:`keys` and :attr:`values`
     return the stored ones, oldest first. :meth:`update` returns the last
     ``min(length, window - 1)`` cached positions followed by the new ones: everything the
     new queries may see (with :func:`sliding_window_mask` and ``S`` = that count).

@@ -18,7 +18,8 @@ from ._validate import (
     shape_str,
 )
 from .attention import scaled_dot_product_attention
-from .efficient import AttentionCache, AttentionMask, FusedMask, MemoryCache, fused_attention
+from .fused import AttentionMask, FusedMask, fused_attention
+from .kv_cache import AttentionCache, MemoryCache
 
 
 def _check_heads(d_model: int, num_heads: int) -> None:
@@ -162,12 +163,12 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = True,
         cache: AttentionCache | MemoryCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """With ``cache`` (an :class:`~attention_course.efficient.AttentionCache`, or a
-        :class:`~attention_course.efficient.MemoryCache` for cross-attention, from a
+        """With ``cache`` (an :class:`~attention_course.kv_cache.AttentionCache`, or a
+        :class:`~attention_course.kv_cache.MemoryCache` for cross-attention, from a
         decoder that has checked its inputs), ``key`` and ``value`` hold only the new
         positions: their projections are appended to the cached ones (the memory's are
         projected once), and ``mask`` covers all cached keys. ``mask`` may be an
-        :class:`~attention_course.efficient.AttentionMask`, the mask a model builds once
+        :class:`~attention_course.fused.AttentionMask`, the mask a model builds once
         for all its layers."""
         if cache is None:
             self._validate(query, key, value, mask)
@@ -206,7 +207,7 @@ class MultiHeadAttention(nn.Module):
         for the weights.
 
         Shapes: q ``(B, H, T, Dh)``; k, v ``(B, H, S, Dh)``; mask broadcastable to
-        ``(B, H, T, S)``, or an :class:`~attention_course.efficient.AttentionMask`;
+        ``(B, H, T, S)``, or an :class:`~attention_course.fused.AttentionMask`;
         returns ``(B, T, D)`` and weights ``(B, H, T, S)`` or None.
         """
         if isinstance(mask, AttentionMask):  # the model's one mask, converted at most once

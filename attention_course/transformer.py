@@ -13,9 +13,10 @@ import torch
 from torch import nn
 
 from ._validate import check_positive_int, check_probability, require_ndim, shape_str
-from .efficient import AttentionMask, KVCache, LayerKVCache
 from .embedding import check_token_ids, embed_tokens, xavier_init_
 from .ffn import PositionwiseFeedForward
+from .fused import AttentionMask
+from .kv_cache import KVCache, LayerKVCache
 from .masking import causal_mask
 from .multihead import MultiHeadAttention
 from .norms import LayerNorm

@@ -88,7 +88,7 @@ def test_what_each_exercise_hands_out_is_real_and_the_rest_is_not():
     for name in ("causal_mask", "padding_mask", "to_additive_mask"):
         assert name in plan.stubs["attention_course.masking"]
     assert "sliding_window_mask" in plan.stubs["attention_course.kv"]  # (T, T): causal
-    assert "alibi_causal_mask" in plan.stubs["attention_course.positions"]
+    assert "alibi_causal_mask" in plan.stubs["attention_course.relative_positions"]
     assert "GPT" in plan.stubs["attention_course.gpt"]
     # exercise 10 hands out its building blocks, and what they use, not the layers
     plan = absent.plan("10_transformer")
@@ -111,7 +111,9 @@ def test_the_targets_that_stay_real_in_their_own_build():
     print(found)
     assert found == {
         "13_decoder_only": [("CausalSelfAttention", "attention_course.gpt.CausalSelfAttention")],
-        "14_positions_that_generalise": [("apply_rope", "attention_course.positions.apply_rope")],
+        "14_positions_that_generalise": [
+            ("apply_rope", "attention_course.relative_positions.apply_rope")
+        ],
     }
 
 

@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-import attention_course.efficient as efficient
+import attention_course.fused as fused
 from attention_course import (
     GPT,
     CausalSelfAttention,
@@ -29,16 +29,16 @@ from attention_course import (
     apply_rope,
     greedy_decode,
 )
-from attention_course.efficient import (
+from attention_course.fused import AttentionMask
+from attention_course.kv import KVLayout, RollingAttentionCache
+from attention_course.kv_cache import (
     AttentionCache,
-    AttentionMask,
     DecoderCache,
     KVCache,
     LayerKVCache,
     MemoryCache,
 )
-from attention_course.kv import KVLayout, RollingAttentionCache
-from attention_course.positions import ALiBiPositions, RotaryPositions
+from attention_course.relative_positions import ALiBiPositions, RotaryPositions
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = re.compile(r"attention_course(\.|$)")
@@ -164,8 +164,8 @@ def test_a_gpt_builds_one_mask_per_forward_and_gives_it_to_every_layer(
         model(torch.randint(0, 20, (2, 4)), cache=cache)
     recorder = _MaskRecorder(monkeypatch, CausalSelfAttention, "mask")
     built = []
-    original = efficient.prepare_fused_mask
-    monkeypatch.setattr(efficient, "prepare_fused_mask", lambda *a: built.append(1) or original(*a))
+    original = fused.prepare_fused_mask
+    monkeypatch.setattr(fused, "prepare_fused_mask", lambda *a: built.append(1) or original(*a))
     with torch.no_grad():
         model(torch.randint(0, 20, (2, T)), cache=cache, return_attention=return_attention)
     masks = recorder.masks
@@ -180,8 +180,8 @@ def test_the_transformer_builds_each_mask_once_per_forward(monkeypatch):
     src[1, 4:] = 0
     tgt[0, 3:] = 0
     built = []
-    original = efficient.prepare_fused_mask
-    monkeypatch.setattr(efficient, "prepare_fused_mask", lambda *a: built.append(1) or original(*a))
+    original = fused.prepare_fused_mask
+    monkeypatch.setattr(fused, "prepare_fused_mask", lambda *a: built.append(1) or original(*a))
     from attention_course import transformer
 
     self_masks = _MaskRecorder(monkeypatch, transformer.DecoderLayer, "tgt_mask").masks
@@ -262,7 +262,7 @@ def test_a_scaling_rope_variant_fits_the_position_piece():
 
 
 def test_alibi_positions_put_their_bias_into_the_one_mask():
-    from attention_course.positions import alibi_causal_mask
+    from attention_course.relative_positions import alibi_causal_mask
 
     visible = KVLayout(4, window=3).visible(2, 5)  # (2, 5) sliding window
     got = ALiBiPositions(4).score_mask(2, 5, visible, None, torch.float64)
@@ -331,7 +331,7 @@ def _assigned_package_attributes(path: Path) -> list[str]:
 
 
 def test_the_package_attribute_finder_finds_the_old_patch(tmp_path):
-    cell = ("import attention_course.gpt\nfrom attention_course import positions as P\n"
+    cell = ("import attention_course.gpt\nfrom attention_course import relative_positions as P\n"
             "attention_course.gpt.apply_rope = f\nP.apply_rope = f\nsetattr(P, 'x', 1)\n"
             "model.attn.w_q = None\n")  # fmt: skip
     notebook = tmp_path / "nb.ipynb"

@@ -34,8 +34,8 @@ from attention_course import (
     to_additive_mask,
     to_torch_mha_mask,
 )
-from attention_course.efficient import AttentionCache, MemoryCache
 from attention_course.embedding import embed_tokens
+from attention_course.kv_cache import AttentionCache, MemoryCache
 from attention_course.transformer import KVCache
 
 ROOT = Path(__file__).resolve().parents[1]

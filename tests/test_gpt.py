@@ -59,7 +59,7 @@ def test_causal_self_attention_with_cache_matches_full_pass():
     attn = CausalSelfAttention(D, H).double().eval()
     x = torch.randn(B, T, D, dtype=torch.float64)
     full = attn(x)
-    from attention_course.efficient import AttentionCache
+    from attention_course.kv_cache import AttentionCache
 
     cache = AttentionCache()
     parts = [attn(x[:, :3], cache=cache)] + [

@@ -187,7 +187,7 @@ def test_rolling_cache_holds_at_most_window_positions(num_kv_heads, window):
 
 
 def test_window_rejects_a_plain_cache_and_bad_arguments():
-    from attention_course.efficient import AttentionCache
+    from attention_course.kv_cache import AttentionCache
 
     attn = CausalSelfAttention(D, H, window=3)
     with pytest.raises(ValueError, match="cache"):

@@ -4,8 +4,8 @@ The additive mask of attention with linear biases (Press et al., 2022, "Train Sh
 Test Long"): the ``T`` queries are the last ``T`` of ``S`` positions (query ``i`` sits at
 ``i + S - T``, as when new tokens meet a KV cache); a key ``j`` at or before the query
 gets ``-slope_h * (distance back)``, a later key ``-inf`` (the causal mask, in the same
-tensor). The expected values come from the package: :func:`attention_course.positions.
-alibi_bias` with the causal mask filled in, as :func:`~attention_course.positions.
+tensor). The expected values come from the package: :func:`attention_course.relative_positions.
+alibi_bias` with the causal mask filled in, as :func:`~attention_course.relative_positions.
 alibi_causal_mask` does for the model.
 
 The named mistakes: a bias that *rewards* distance (the sign), the bias of the transposed
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from attention_course import positions as ref
+from attention_course import relative_positions as ref
 
 from ._compare import _fmt_number, expect_close, fmt_shape
 from ._runner import Case, CaseFailed, call_student, checker

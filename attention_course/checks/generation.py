@@ -33,7 +33,7 @@ from attention_course.attention import scaled_dot_product_attention
 from attention_course.gpt import GPT
 from attention_course.kv import repeat_kv
 from attention_course.multihead import merge_heads, split_heads
-from attention_course.positions import apply_rope
+from attention_course.relative_positions import apply_rope
 
 from . import _data
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker

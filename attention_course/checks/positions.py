@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from attention_course import positions as ref
+from attention_course import relative_positions as ref
 
 from ._compare import expect_close, expect_grad, expect_tensor
 from ._data import leaf, randn

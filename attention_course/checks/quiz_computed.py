@@ -567,7 +567,7 @@ def _rope_attend(
     """Causal attention with RoPE, the right way (``rotate="qk"``) or a known mistake:
     ``causal="reversed"`` hides the past, ``"diagonal"`` the key j = t too;
     ``scaled="Dh"`` divides by Dh; ``fill`` is the masked scores' value."""
-    from attention_course.positions import apply_rope
+    from attention_course.relative_positions import apply_rope
 
     T = q.shape[-2]
     if "q" in rotate:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 import torch
 
 from ._validate import check_positive_int, require_float, shape_str
-from .efficient import prepare_fused_mask
+from .fused import prepare_fused_mask
 from .masking import causal_mask
 
 
@@ -173,7 +173,7 @@ def alibi_causal_mask(num_heads: int, T: int, S: int, device, dtype, need_weight
     """ALiBi's bias with the causal mask in it, as one additive float mask ``(H, T, S)``
     (``-inf`` above the diagonal, or wherever ``keep`` (a bool ``(T, S)`` mask, e.g. a
     sliding window) is False): a float tensor for the weights path, a
-    :class:`~attention_course.efficient.FusedMask` for the fused kernel."""
+    :class:`~attention_course.fused.FusedMask` for the fused kernel."""
     bias = alibi_bias(num_heads, T, S, device=device, dtype=dtype)  # (H, T, S)
     if keep is None:
         keep = causal_mask(T, device, S=S)  # (T, S) bool, True = may attend

@@ -21,6 +21,7 @@ from attention_course.checks import (
     check_layer_norm,
     check_soft_argmax,
 )
+from attention_course.checks._mistakes import MISTAKES
 from attention_course.checks._runner import NOT_IMPLEMENTED_MESSAGE
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -59,7 +60,9 @@ def test_buggy_implementation_is_rejected(target, name, impl, phrase):
     report = CHECKERS[target](impl)
     assert not report.passed, f"{name} was accepted:\n{report}"
     assert report.score < 1.0
-    if phrase is not None:
+    if phrase in MISTAKES:  # a mistake id: the report names that mistake
+        assert phrase in report.mistakes, f"expected mistake {phrase!r} in:\n{report}"
+    elif phrase is not None:  # a checker not yet on the mistake table: its prose
         assert phrase in str(report), f"expected {phrase!r} in:\n{report}"
 
 

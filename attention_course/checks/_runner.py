@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._data import case_seed, drawing_from
+from ._mistakes import mistake_in
 from ._policy import policy_problem
 from ._report import CaseResult, Report
 
@@ -53,7 +54,15 @@ _THREADING_FILE = os.path.abspath(threading.__file__)
 
 
 class CaseFailed(Exception):
-    """Raised inside a case: the case failed, and the message says why."""
+    """Raised inside a case: the case failed, and the message says why.
+
+    ``mistake`` is the id (in `_mistakes.MISTAKES`) of the mistake the message names, for
+    a failure that names one without a ``Likely mistake: ...`` line; the runner reads
+    that line itself."""
+
+    def __init__(self, *args, mistake: str | None = None):
+        super().__init__(*args)
+        self.mistake = mistake
 
 
 class NotImplementedYet(Exception):
@@ -550,12 +559,15 @@ def run_cases(target: str, cases: Sequence[Case], timeout: float) -> Report:
                 )
             elif isinstance(value, CaseFailed):
                 message = str(value)
+                mistake = value.mistake or mistake_in(message)
                 earlier = first_failure_with.get(message)
                 if earlier is None:
                     first_failure_with[message] = case.name
                 else:
                     message = f"the same failure as in the case '{earlier}'"
-                report.results.append(CaseResult(case.name, False, message, case.weight))
+                report.results.append(
+                    CaseResult(case.name, False, message, case.weight, mistake=mistake)
+                )
             else:
                 report.results.append(
                     CaseResult(

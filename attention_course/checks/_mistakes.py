@@ -247,7 +247,7 @@ def _pattern(template: str) -> re.Pattern:
 
 _BY_MESSAGE = {text: key for key, text in MISTAKES.items() if "{" not in text}
 _TEMPLATES = [(key, _pattern(text)) for key, text in MISTAKES.items() if "{" in text]
-_NAMED = re.compile(r"^Likely mistake(?: \([^)]*\))?: (.+)\.$", re.MULTILINE)
+_NAMED = re.compile(r"^Likely mistake(?: \(.*?\))?: (.+)\.$", re.MULTILINE)
 
 
 def mistake_id(message: str) -> str | None:

@@ -600,6 +600,27 @@ def single_failure(target: str, name: str, message: str) -> Report:
     return Report(target=f"check_{target}", results=[CaseResult(name, False, message)])
 
 
+def _checker_doc(summary: str | None, class_name: str | None) -> str:
+    """A checker's docstring: the case builder's, then its arguments and its result."""
+    what = f"the class ``{class_name}`` (not an instance)" if class_name else "the function"
+    return (
+        inspect.cleandoc(summary or "")
+        + f"""
+
+Args:
+    candidate: {what} to check, e.g. the student's own.
+    timeout: seconds of CPU time each case may take (10 by default).
+    seed: the run seed the random inputs are drawn from (0, the default, gives the
+        inputs the check cells show; the grader passes a fresh one).
+
+Returns:
+    A `Report`: ``print(report)`` shows a ✓/✗ line per case, ``report.passed``,
+    ``report.score`` and ``report.mistakes`` (the ids of the known mistakes named)
+    serve a grader.
+"""
+    )
+
+
 def checker(
     target: str,
     class_name: str | None = None,
@@ -629,6 +650,12 @@ def checker(
     use as a step.
     ``chapter`` names the book chapter that teaches the target (``"07_layernorm"``), for
     the tiered hints of `Report.hint`. Both are kept as attributes of the checker.
+
+    The decorated function builds the cases (``-> list[Case]``); it stays reachable as
+    ``check.cases``. The checker shows its own signature, ``(candidate, *, timeout=10.0,
+    seed=0) -> Report``, to ``inspect.signature``, ``help()`` and the docs, with real
+    annotations (not strings), and its docstring is the case builder's followed by what
+    the arguments and the result are.
     """
 
     def wrap(cases: Callable[[object], Sequence[Case]]) -> Callable[..., Report]:
@@ -649,8 +676,17 @@ def checker(
                 return run_cases(target, cases(candidate), timeout)
 
         check.__name__ = check.__qualname__ = f"check_{target}"
-        check.__doc__ = cases.__doc__
+        check.__doc__ = _checker_doc(cases.__doc__, class_name)
         check.__module__ = cases.__module__
+        # real objects, not the strings of `from __future__ import annotations`, for
+        # inspect.signature, help() and the docs
+        check.__annotations__ = {
+            "candidate": type if class_name else Callable,
+            "timeout": float,
+            "seed": int,
+            "return": Report,
+        }
+        check.cases = cases
         check.target = target
         check.answer_builtins = tuple(answer_builtins)
         check.forbid = forbid

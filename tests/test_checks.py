@@ -329,7 +329,7 @@ def test_to_dict_is_json_serialisable():
     assert data["passed"] is False
     assert data["score"] == pytest.approx(report.score)
     assert len(data["results"]) == len(report.results)
-    assert set(data["results"][0]) == {"name", "passed", "message", "weight"}
+    assert set(data["results"][0]) == {"name", "passed", "message", "weight", "mistake"}
 
 
 def test_empty_report_is_not_passed():

@@ -6,10 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .multihead import Heads
 
-
-class CausalBase(Heads, nn.Module):
+class CausalBase(nn.Module):
     """A correct causal self-attention from tensor operations; the subclasses break it."""
 
     def __init__(self, d_model, num_heads, bias=False, dropout=0.0, **later_options):
@@ -21,6 +19,17 @@ class CausalBase(Heads, nn.Module):
         self.w_k = nn.Linear(d_model, d_model, bias=bias)
         self.w_v = nn.Linear(d_model, d_model, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def split(self, t):
+        B, T, D = t.shape
+        return t.view(B, T, self.num_heads, self.d_head).transpose(1, 2)
+
+    def merge(self, t):
+        B, H, T, Dh = t.shape
+        return t.transpose(1, 2).reshape(B, T, H * Dh)
+
+    def scale(self):
+        return 1.0 / math.sqrt(self.d_head)
 
     def hidden(self, T, device):
         """True where key j is hidden from query i (j > i)."""

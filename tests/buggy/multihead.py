@@ -42,10 +42,16 @@ def merge_heads_interleaved(x):
     return x.permute(0, 2, 3, 1).reshape(B, T, H * Dh)
 
 
-class Heads:
-    """The head split, merge and scale of a correct multi-head attention (with
-    ``num_heads`` and ``d_head``), shared by the buggy modules here and in ``gpt.py``:
-    each buggy class overrides the one step it gets wrong."""
+class _MHABase(nn.Module):
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True, kdim=None, vdim=None):
+        super().__init__()
+        self.num_heads = num_heads
+        self.d_head = d_model // num_heads
+        self.dropout = dropout
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(kdim or d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(vdim or d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
 
     def split(self, x):
         B, L, D = x.shape
@@ -57,18 +63,6 @@ class Heads:
 
     def scale(self):
         return 1.0 / math.sqrt(self.d_head)
-
-
-class _MHABase(Heads, nn.Module):
-    def __init__(self, d_model, num_heads, dropout=0.0, bias=True, kdim=None, vdim=None):
-        super().__init__()
-        self.num_heads = num_heads
-        self.d_head = d_model // num_heads
-        self.dropout = dropout
-        self.w_q = nn.Linear(d_model, d_model, bias=bias)
-        self.w_k = nn.Linear(kdim or d_model, d_model, bias=bias)
-        self.w_v = nn.Linear(vdim or d_model, d_model, bias=bias)
-        self.w_o = nn.Linear(d_model, d_model, bias=bias)
 
     def attend(self, q, k, v, mask):
         scores = q @ k.transpose(-2, -1) * self.scale()

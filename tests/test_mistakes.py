@@ -49,7 +49,8 @@ def test_ids_are_well_formed_and_messages_unique():
 
 def test_a_message_is_read_back_as_its_id():
     assert mistake_id(says("mask-inverted")) == "mask-inverted"
-    assert mistake_id(says("dropout-unscaled", scale=1.25)) == "dropout-unscaled"
+    unscaled = says("dropout-unscaled", entries="entries", scale=1.25)
+    assert mistake_id(unscaled) == "dropout-unscaled"
     assert mistake_id("a message of no known mistake") is None
     text = says("heads-split-without-transpose")
     assert mistake_in(f"the result: wrong values\nLikely mistake: {text}.") == (

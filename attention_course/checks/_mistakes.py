@@ -198,14 +198,14 @@ MISTAKES: dict[str, str] = {
         "heads?): it belongs after the softmax, on the (B, H, T, T) weights"
     ),
     "dropout-unscaled": (
-        "some attention weights are dropped but the kept ones are not scaled by "
+        "some {entries} are dropped but the kept ones are not scaled by "
         "1 / (1 - p) = {scale:.4g}: use `F.dropout` or `nn.Dropout` (inverted dropout), "
         "which rescale the survivors so that the expected value is unchanged"
     ),
     "dropout-keep-probability": (
-        "the kept attention weights are scaled by 1 / p instead of 1 / (1 - p): you passed "
-        "1 - p as the dropout probability; p = {p:g} is the probability of *dropping* a "
-        "weight, `F.dropout(w, p=self.dropout, training=self.training)`"
+        "the kept {entries} are scaled by 1 / p instead of 1 / (1 - p): you passed "
+        "1 - p as the dropout probability; p = {p:g} is the probability of *dropping* "
+        "{one}, {call}"
     ),
     "dropout-before-softmax": (
         "the first token's output is never dropped out: token 0 attends only to itself, "

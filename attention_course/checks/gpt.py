@@ -315,11 +315,19 @@ def _expect_first_token_dropout(module, x, first, p: float) -> str | None:
         dropped = 1.0 - kept.double().mean().item()
         if scale_name == "unscaled":
             raise CaseFailed(
-                says("dropout-unscaled", scale=1 / (1 - p)), mistake="dropout-unscaled"
+                says("dropout-unscaled", entries="attention weights", scale=1 / (1 - p)),
+                mistake="dropout-unscaled",
             )
         if scale_name == "1/p":
             raise CaseFailed(
-                says("dropout-keep-probability", p=p), mistake="dropout-keep-probability"
+                says(
+                    "dropout-keep-probability",
+                    entries="attention weights",
+                    p=p,
+                    one="a weight",
+                    call="`F.dropout(w, p=self.dropout, training=self.training)`",
+                ),
+                mistake="dropout-keep-probability",
             )
         count = kept.numel()
         slack = 4 * math.sqrt(p * (1 - p) / count) + 0.02

@@ -16,6 +16,7 @@ import math
 import torch
 
 from ._compare import fmt_shape
+from ._mistakes import says
 from ._runner import CaseFailed
 
 _ZERO = 1e-12  # |value| below this counts as exactly zero (float64 inputs)
@@ -70,16 +71,21 @@ def expect_dropout_of(
     unscaled = torch.isclose(got, clean, atol=1e-6, rtol=1e-5)
     if bool((dropped | unscaled | ~live).all()) and bool(dropped.any()):
         raise CaseFailed(
-            f"{name}: some entries are dropped but the kept ones are not scaled by "
-            f"1 / (1 - p) = {1 / (1 - p):.4g}: use `F.dropout` or `nn.Dropout` (inverted "
-            "dropout), which rescale the survivors so that the expected value is unchanged"
+            f"{name}: " + says("dropout-unscaled", entries="entries", scale=1 / (1 - p)),
+            mistake="dropout-unscaled",
         )
     kept_as_if = torch.isclose(got, clean / p, atol=1e-6, rtol=1e-5)
     if bool((dropped | kept_as_if | ~live).all()) and not bool((dropped | kept | ~live).all()):
         raise CaseFailed(
-            f"{name}: the kept entries are scaled by 1 / p instead of 1 / (1 - p): you passed "
-            f"1 - p as the dropout probability; p = {p:g} is the probability of *dropping* an "
-            "entry, e.g. `F.dropout(w, p=p, training=True)`"
+            f"{name}: "
+            + says(
+                "dropout-keep-probability",
+                entries="entries",
+                p=p,
+                one="an entry",
+                call="e.g. `F.dropout(w, p=p, training=True)`",
+            ),
+            mistake="dropout-keep-probability",
         )
     bad = ~(dropped | kept | ~live)
     if bool(bad.any()):

@@ -17,14 +17,16 @@ FAIL_MARK = "✗"
 
 @dataclass(frozen=True)
 class CaseResult:
-    """The outcome of one case of a checker: its name, pass/fail, what to fix, and its
+    """The outcome of one case of a checker: its name, pass/fail, what to fix, its
     weight in the score (1 for an ordinary case, less for a trivial one, 0 for a support
-    case when no other case passed: see `Report.score`)."""
+    case when no other case passed: see `Report.score`), and the id of the known mistake
+    its message names (`_mistakes.MISTAKES`), None when it names none from that table."""
 
     name: str
     passed: bool
     message: str = ""
     weight: float = 1.0
+    mistake: str | None = None
 
 
 @dataclass
@@ -67,6 +69,11 @@ class Report:
         if total <= 0:
             return 0.0
         return sum(r.weight for r in self.results if r.passed) / total
+
+    @property
+    def mistakes(self) -> list[str]:
+        """The ids of the known mistakes the failing cases name, each once, in case order."""
+        return list(dict.fromkeys(r.mistake for r in self.results if r.mistake))
 
     @property
     def num_passed(self) -> int:
@@ -145,7 +152,8 @@ class Report:
         return hint(self.target.removeprefix("check_"), failing[0].message, tier)
 
     def to_dict(self) -> dict:
-        """Plain, JSON-serialisable data: target, passed, score and results."""
+        """Plain, JSON-serialisable data: target, passed, score and results (each with its
+        name, passed, message, weight and mistake id)."""
         return {
             "target": self.target,
             "passed": self.passed,

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._data import case_seed, drawing_from
+from ._mistakes import mistake_in
 from ._policy import policy_problem
 from ._report import CaseResult, Report
 
@@ -53,7 +54,15 @@ _THREADING_FILE = os.path.abspath(threading.__file__)
 
 
 class CaseFailed(Exception):
-    """Raised inside a case: the case failed, and the message says why."""
+    """Raised inside a case: the case failed, and the message says why.
+
+    ``mistake`` is the id (in `_mistakes.MISTAKES`) of the mistake the message names, for
+    a failure that names one without a ``Likely mistake: ...`` line; the runner reads
+    that line itself."""
+
+    def __init__(self, *args, mistake: str | None = None):
+        super().__init__(*args)
+        self.mistake = mistake
 
 
 class NotImplementedYet(Exception):
@@ -550,12 +559,15 @@ def run_cases(target: str, cases: Sequence[Case], timeout: float) -> Report:
                 )
             elif isinstance(value, CaseFailed):
                 message = str(value)
+                mistake = value.mistake or mistake_in(message)
                 earlier = first_failure_with.get(message)
                 if earlier is None:
                     first_failure_with[message] = case.name
                 else:
                     message = f"the same failure as in the case '{earlier}'"
-                report.results.append(CaseResult(case.name, False, message, case.weight))
+                report.results.append(
+                    CaseResult(case.name, False, message, case.weight, mistake=mistake)
+                )
             else:
                 report.results.append(
                     CaseResult(
@@ -588,6 +600,27 @@ def single_failure(target: str, name: str, message: str) -> Report:
     return Report(target=f"check_{target}", results=[CaseResult(name, False, message)])
 
 
+def _checker_doc(summary: str | None, class_name: str | None) -> str:
+    """A checker's docstring: the case builder's, then its arguments and its result."""
+    what = f"the class ``{class_name}`` (not an instance)" if class_name else "the function"
+    return (
+        inspect.cleandoc(summary or "")
+        + f"""
+
+Args:
+    candidate: {what} to check, e.g. the student's own.
+    timeout: seconds of CPU time each case may take (10 by default).
+    seed: the run seed the random inputs are drawn from (0, the default, gives the
+        inputs the check cells show; the grader passes a fresh one).
+
+Returns:
+    A `Report`: ``print(report)`` shows a ✓/✗ line per case, ``report.passed``,
+    ``report.score`` and ``report.mistakes`` (the ids of the known mistakes named)
+    serve a grader.
+"""
+    )
+
+
 def checker(
     target: str,
     class_name: str | None = None,
@@ -617,6 +650,12 @@ def checker(
     use as a step.
     ``chapter`` names the book chapter that teaches the target (``"07_layernorm"``), for
     the tiered hints of `Report.hint`. Both are kept as attributes of the checker.
+
+    The decorated function builds the cases (``-> list[Case]``); it stays reachable as
+    ``check.cases``. The checker shows its own signature, ``(candidate, *, timeout=10.0,
+    seed=0) -> Report``, to ``inspect.signature``, ``help()`` and the docs, with real
+    annotations (not strings), and its docstring is the case builder's followed by what
+    the arguments and the result are.
     """
 
     def wrap(cases: Callable[[object], Sequence[Case]]) -> Callable[..., Report]:
@@ -637,8 +676,17 @@ def checker(
                 return run_cases(target, cases(candidate), timeout)
 
         check.__name__ = check.__qualname__ = f"check_{target}"
-        check.__doc__ = cases.__doc__
+        check.__doc__ = _checker_doc(cases.__doc__, class_name)
         check.__module__ = cases.__module__
+        # real objects, not the strings of `from __future__ import annotations`, for
+        # inspect.signature, help() and the docs
+        check.__annotations__ = {
+            "candidate": type if class_name else Callable,
+            "timeout": float,
+            "seed": int,
+            "return": Report,
+        }
+        check.cases = cases
         check.target = target
         check.answer_builtins = tuple(answer_builtins)
         check.forbid = forbid

@@ -12,6 +12,7 @@ from attention_course import attention as ref
 from ._compare import Mistake, expect_close, expect_like, expect_tuple, fmt_shape, sums_to_one_hint
 from ._data import draw_until, leaf, randn, random_bool
 from ._dropout import expect_dropout_of, is_unchanged, looks_dropped_out
+from ._mistakes import says
 from ._modules import ModulePair, expect_same_grads, leaves
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 from ._weights import attend, expect_weights_then_output
@@ -338,76 +339,28 @@ def _sdpa_variants(q, k, v, mask=None, scale=None) -> dict[str, tuple]:
     s = 1.0 / math.sqrt(d_k) if scale is None else scale
     variants = {}
     if scale is not None:
-        if scale == 0:
-            ignored = (
-                "scale=0.0 is treated as if no scale were given: test `scale is None`, not "
-                "`scale or ...` (0.0 is falsy); with scale=0 every score is 0 and the weights "
-                "are uniform"
-            )
-        else:
-            ignored = "the `scale` argument is ignored: when given, it replaces 1/sqrt(d_k)"
-        variants[ignored] = attend(raw / math.sqrt(d_k), v, mask)
+        ignored = "scale-zero-ignored" if scale == 0 else "scale-argument-ignored"
+        variants[says(ignored)] = attend(raw / math.sqrt(d_k), v, mask)
     else:
-        variants["the 1/sqrt(d_k) factor is missing: scale the scores by 1/sqrt(d_k)"] = attend(
-            raw, v, mask
-        )
-        variants["your scores are scaled by 1/d_k: the factor is 1/sqrt(d_k)"] = attend(
-            raw / d_k, v, mask
-        )
-        variants["you multiplied the scores by sqrt(d_k): divide by it"] = attend(
-            raw * math.sqrt(d_k), v, mask
-        )
+        variants[says("scale-missing")] = attend(raw, v, mask)
+        variants[says("scale-by-d-k")] = attend(raw / d_k, v, mask)
+        variants[says("scale-multiplied")] = attend(raw * math.sqrt(d_k), v, mask)
         if d_v != d_k:
-            variants["you scaled by 1/sqrt(d_v): the factor uses the key size, 1/sqrt(d_k)"] = (
-                attend(raw / math.sqrt(d_v), v, mask)
-            )
-    variants[
-        "your softmax runs over the query axis (dim=-2): the weights must sum to 1 over the keys"
-    ] = attend(raw * s, v, mask, dim=-2)
-    variants["you averaged the keys instead of the values: the output is weights @ value"] = attend(
-        raw * s, k, mask
-    )
+            variants[says("scale-by-d-v")] = attend(raw / math.sqrt(d_v), v, mask)
+    variants[says("softmax-over-queries")] = attend(raw * s, v, mask, dim=-2)
+    variants[says("keys-averaged")] = attend(raw * s, k, mask)
     if mask is not None and mask.dtype == torch.bool:
-        variants[
-            "the mask is inverted: True means 'may attend', so fill the scores where the mask "
-            "is False"
-        ] = attend(raw * s, v, mask, invert=True)
-        variants[
-            "the mask is applied after the softmax: masked keys must get -inf scores before "
-            "the softmax, otherwise the remaining weights do not sum to 1"
-        ] = attend(raw * s, v, mask, after=True)
-        variants[
-            "the mask is ignored: fill the scores of masked keys with -inf before the softmax"
-        ] = attend(raw * s, v)
-        variants[
-            "a fully masked row gives NaN (softmax of a row of -inf is 0/0): give such rows "
-            "zero weights and a zero output"
-        ] = attend(raw * s, v, mask, fill="nan")
-        variants[
-            "a fully masked row gets uniform weights (a large negative fill makes the row "
-            "constant): such rows must have zero weights and a zero output"
-        ] = attend(raw * s, v, mask, fill="large-negative")
-        variants[
-            "the bool mask multiplies the scores: that sets the masked scores to 0, not to "
-            "-inf, so masked keys still get weight; use `scores.masked_fill(~mask, "
-            "torch.finfo(scores.dtype).min)` (or -inf) before the softmax"
-        ] = attend(raw * s * mask, v)
+        variants[says("mask-inverted")] = attend(raw * s, v, mask, invert=True)
+        variants[says("mask-after-softmax")] = attend(raw * s, v, mask, after=True)
+        variants[says("mask-ignored")] = attend(raw * s, v)
+        variants[says("fully-masked-row-nan")] = attend(raw * s, v, mask, fill="nan")
+        variants[says("fully-masked-row-uniform")] = attend(raw * s, v, mask, fill="large-negative")
+        variants[says("bool-mask-multiplies")] = attend(raw * s * mask, v)
     elif mask is not None:
-        variants["the float mask is ignored: add it to the scores before the softmax"] = attend(
-            raw * s, v
-        )
-        variants["the float mask multiplies the scores: a float mask is added to them"] = attend(
-            raw * s * mask, v
-        )
-        variants[
-            "a float mask is added to the scores, not converted to bool: `mask == 0` (or "
-            "`mask.bool()`) is right only for a 0 / -inf mask, but a float mask may hold any "
-            "bias (e.g. ALiBi's distance penalty); use `scores = scores + mask`"
-        ] = attend(raw * s, v, mask == 0)
-        variants[
-            "a float mask is added to the scores, not converted to bool: `mask.bool()` marks "
-            "every nonzero bias; use `scores = scores + mask`"
-        ] = attend(raw * s, v, mask != 0)
+        variants[says("float-mask-ignored")] = attend(raw * s, v)
+        variants[says("float-mask-multiplies")] = attend(raw * s * mask, v)
+        variants[says("float-mask-as-bool")] = attend(raw * s, v, mask == 0)
+        variants[says("float-mask-nonzero-as-bool")] = attend(raw * s, v, mask != 0)
     return variants
 
 
@@ -692,49 +645,29 @@ def _additive_variants(module, query, keys, values, mask) -> dict[str, tuple]:
 
     good = (torch.tanh(features) @ v.T)[..., 0]  # (B, T, S)
     variants = {
-        "the tanh is missing: score = v^T tanh(W q + U k)": finish((features @ v.T)[..., 0]),
-        "you used relu instead of tanh: score = v^T tanh(W q + U k)": finish(
-            (torch.relu(features) @ v.T)[..., 0]
-        ),
-        "your scores are scaled by 1/sqrt(hidden_dim): additive attention does not scale": finish(
-            good / math.sqrt(W.shape[0])
-        ),
+        says("additive-tanh-missing"): finish((features @ v.T)[..., 0]),
+        says("additive-relu"): finish((torch.relu(features) @ v.T)[..., 0]),
+        says("additive-scaled"): finish(good / math.sqrt(W.shape[0])),
     }
     if query.dim() == 3:
-        variants[
-            "your softmax runs over the query axis (dim=-2): the weights must sum to 1 over the "
-            "keys"
-        ] = finish(good, dim=-2)
+        variants[says("softmax-over-queries")] = finish(good, dim=-2)
     else:
         out, weights = finish(good)
-        variants[
-            "you kept the query axis: for a single query (B, Dq) return context (B, Dv) and "
-            "weights (B, S)"
-        ] = (out[:, None], weights[:, None])
+        variants[says("single-query-axis-kept")] = (out[:, None], weights[:, None])
     if query.dim() == 2 and query.shape[0] > 1:
         batch_weights = _masked_softmax(good, m, dim=0)  # (B, 1, S), sums to 1 over B
-        variants[
-            "your softmax runs over the batch axis (dim=0): the weights must sum to 1 over the "
-            "keys (dim=-1)"
-        ] = ((batch_weights @ values)[:, 0], batch_weights[:, 0])
+        variants[says("softmax-over-batch")] = (
+            (batch_weights @ values)[:, 0],
+            batch_weights[:, 0],
+        )
     if mask is not None and query.dim() == 2 and mask.dim() == 2:
         out, weights = attend(good, values, mask)  # (B, 1, S) with (B, S) -> (B, B, S)
-        variants[
-            "with a single query (B, Dq) the mask (B, S) needs the query axis too, "
-            "`mask[:, None, :]` -> (B, 1, S): otherwise it broadcasts against the (B, 1, S) "
-            "scores to (B, B, S) and every sequence is masked like the first one"
-        ] = (out[:, 0], weights[:, 0])
+        variants[says("single-query-mask-broadcast")] = (out[:, 0], weights[:, 0])
     if mask is not None:
-        variants["the mask is inverted: True means 'may attend'"] = finish(good, invert=True)
-        variants["the mask is applied after the softmax: mask the scores before it"] = finish(
-            good, after=True
-        )
-        variants["the mask is ignored: fill the scores of masked keys with -inf"] = finish(
-            good, ignore_mask=True
-        )
-        variants["a fully masked row gives NaN: give such rows zero weights and a zero context"] = (
-            finish(good, fill="nan")
-        )
+        variants[says("mask-inverted")] = finish(good, invert=True)
+        variants[says("mask-after-softmax")] = finish(good, after=True)
+        variants[says("mask-ignored")] = finish(good, ignore_mask=True)
+        variants[says("fully-masked-row-nan")] = finish(good, fill="nan")
     return variants
 
 

@@ -20,182 +20,71 @@ from attention_course import gpt as ref
 from . import _data
 from ._compare import expect_close, expect_like, fmt_shape, matches, tolerances
 from ._data import randn
+from ._mistakes import says
 from ._modules import build_pair, expect_same_grads, leaves
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker, forbid_builtins
+from ._weights import attention_variant
 
 # ---------------------------------------------------------------- known mistakes
 
-NO_MASK = (
-    "no causal mask: token t attends to the later tokens t+1, t+2, ... too; fill the "
-    "scores above the diagonal with -inf before the softmax "
-    "(`scores.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool)), float('-inf'))`)"
-)
-SCALE_D_MODEL = (
-    "the scores are scaled by 1/sqrt(d_model): each head has width d_head = d_model / "
-    "num_heads, so scale by 1/sqrt(d_head)"
-)
-NO_SCALE = "the 1/sqrt(d_head) scaling of the scores is missing"
-MERGE_NO_TRANSPOSE = (
-    "heads merged without a transpose: reshaping (B, H, T, Dh) straight to (B, T, D) "
-    "mixes tokens; `.transpose(1, 2)` to (B, T, H, Dh) first, then reshape"
-)
-SPLIT_INTERLEAVED = (
-    "heads split interleaved: `view(B, T, Dh, H)` gives head h the features h, h + H, "
-    "h + 2H, ...; each head is a contiguous block of Dh features: view as (B, T, H, Dh), "
-    "then `.transpose(1, 2)`"
-)
-VALUES_FROM_W_K = "the values are projected with w_k: v = self.w_v(x)"
-BIAS_NOT_BUILT = (
-    "with bias=True your layers have no bias: build `nn.Linear(d_model, d_model, "
-    "bias=bias)`, passing the constructor's bias on"
-)
 MERGE_MIXES_TOKENS = (
     "or your head merge mixes tokens: reshaping (B, H, T, Dh) to (B, T, D) without "
     "`.transpose(1, 2)` moves later tokens into earlier rows"
 )
-SPLIT_NO_TRANSPOSE = (
-    "heads split without a transpose: reshaping (B, T, D) straight to (B, H, T, Dh) mixes "
-    "the features of different tokens; view as (B, T, H, Dh), then `.transpose(1, 2)`"
-)
-MASK_NO_DIAGONAL = (
-    "the causal mask is off by one: it hides the diagonal, so a token cannot see itself "
-    "(and the first token sees nothing); token t must attend to tokens 0 .. t, itself "
-    "included: `torch.tril(ones)` keeps the diagonal, `torch.triu(ones, diagonal=1)` is "
-    "what to hide"
-)
-MASK_SEES_NEXT = (
-    "the causal mask is off by one: token t also sees token t+1 (the one it must "
-    "predict); hide every key j > t, i.e. `torch.triu(ones, diagonal=1)`, not diagonal=2"
-)
-MASK_INVERTED = (
-    "the causal mask is inverted: token t attends to the tokens after it instead of the "
-    "ones before it; hide j > t (above the diagonal), keep j <= t"
-)
-MASK_AFTER_SOFTMAX = (
-    "the mask is applied after the softmax: zeroing the future weights after the softmax "
-    "leaves rows that no longer sum to 1 (and the future still shaped the normaliser); "
-    "fill the *scores* with -inf before the softmax"
-)
-MASK_ONE_MODE = (
-    "the causal mask (or another step) is applied in {} mode only, behind `if "
-    "self.training`: the mask applies in both modes, only dropout depends on self.training"
-)
-DROPOUT_MASKED_SCORES = (
-    "dropout is applied to the scores after the mask: a dropped -inf score becomes "
-    "-inf * 0 = NaN, and a row with a NaN gives NaN weights; dropout belongs on the weights, "
-    "after the softmax: `F.dropout(weights, p=self.dropout, training=self.training)`"
-)
-DROPOUT_RENORMALISED = (
-    "the weights are renormalised after dropout (`w / w.sum(-1, keepdim=True)`): a row "
-    "whose kept weights were all dropped (token 0 has only one) becomes 0 / 0 = NaN, and "
-    "renormalising undoes inverted dropout's 1 / (1 - p) scaling; apply "
-    "`F.dropout(weights, p=self.dropout, training=self.training)` after the softmax and "
-    "use those weights as they are"
-)
-NO_OUT_PROJ = "the output projection w_o is not applied: mix the concatenated heads with self.w_o"
-SOFTMAX_DIM = (
-    "the softmax runs over the query axis (dim=-2): the weights must sum to 1 over the keys"
-)
-DROPOUT_ELSEWHERE = (
-    "dropout is applied somewhere other than the attention weights (on V, on the merged "
-    "heads?): it belongs after the softmax, on the (B, H, T, T) weights"
-)
-NO_BIAS = (
-    "the biases are not used: with bias=True call the nn.Linear layers themselves "
-    "(self.w_q(x)), which add their bias, not x @ self.w_q.weight.T"
-)
 
 
-def _variant(
-    module,
-    x,
-    *,
-    mask="causal",
-    scale="d_head",
-    split="ok",
-    merge="ok",
-    after_softmax=False,
-    out_proj=True,
-    dim=-1,
-    bias=True,
-    values="w_v",
-):
-    """Causal self-attention with ``module``'s weights and one mistake switched on."""
-    B, T, D = x.shape
-    H = module.num_heads
-    Dh = D // H
-
-    def linear(layer, t):
-        return t @ layer.weight.T + (layer.bias if bias and layer.bias is not None else 0)
-
-    def split_(t):
-        if split == "no-transpose":
-            return t.reshape(B, H, T, Dh)
-        if split == "interleaved":
-            return t.reshape(B, T, Dh, H).permute(0, 3, 1, 2)
-        return t.reshape(B, T, H, Dh).transpose(1, 2)
-
-    value_layer = module.w_k if values == "w_k" else module.w_v
-    q, k, v = (split_(linear(layer, x)) for layer in (module.w_q, module.w_k, value_layer))
-    factor = {"d_head": 1 / math.sqrt(Dh), "d_model": 1 / math.sqrt(D), "none": 1.0}[scale]
-    scores = q @ k.transpose(-2, -1) * factor
+def _causal_keep(T: int, kind: str) -> torch.Tensor:
+    """(T, T) bool, True = may attend: the causal mask, or one of its known mistakes."""
     i = torch.arange(T).reshape(T, 1)
     j = torch.arange(T).reshape(1, T)
-    keep = {
+    return {
         "causal": j <= i,
         "none": torch.ones(T, T, dtype=torch.bool),
         "no-diagonal": j < i,
         "sees-next": j <= i + 1,
         "inverted": j >= i,
-    }[mask]
-    if after_softmax:
-        weights = scores.softmax(dim).masked_fill(~keep, 0.0)
-    else:
-        weights = torch.nan_to_num(scores.masked_fill(~keep, float("-inf")).softmax(dim), nan=0.0)
-    heads = weights @ v  # (B, H, T, Dh)
-    if merge == "no-transpose":
-        out = heads.reshape(B, T, D)
-    elif merge == "interleaved":
-        out = heads.permute(0, 2, 3, 1).reshape(B, T, D)
-    else:
-        out = heads.transpose(1, 2).reshape(B, T, D)
-    return linear(module.w_o, out) if out_proj else out
+    }[kind]
 
 
 def _mistakes(module, x):
-    def v(**kwargs):
-        return lambda: _variant(module, x, **kwargs)
+    """The known mistakes of a ``CausalSelfAttention`` on ``x``: (message, output) pairs,
+    simulated by `_weights.attention_variant` as the ``MultiHeadAttention`` ones are."""
+    T = x.shape[1]
+
+    def v(mask="causal", **kwargs):
+        keep = _causal_keep(T, mask)
+        return lambda: attention_variant(module, x, x, x, keep, **kwargs)[0]
 
     mistakes = [
-        (NO_MASK, v(mask="none")),
-        (MASK_NO_DIAGONAL, v(mask="no-diagonal")),
-        (MASK_SEES_NEXT, v(mask="sees-next")),
-        (MASK_INVERTED, v(mask="inverted")),
-        (MASK_AFTER_SOFTMAX, v(after_softmax=True)),
+        (says("no-causal-mask"), v(mask="none")),
+        (says("causal-mask-hides-diagonal"), v(mask="no-diagonal")),
+        (says("causal-mask-sees-next"), v(mask="sees-next")),
+        (says("causal-mask-inverted"), v(mask="inverted")),
+        (says("mask-after-softmax"), v(after=True)),
     ]
     if module.num_heads > 1:
         mistakes += [
-            (SCALE_D_MODEL, v(scale="d_model")),
-            (MERGE_NO_TRANSPOSE, v(merge="no-transpose")),
-            (SPLIT_NO_TRANSPOSE, v(split="no-transpose")),
+            (says("scale-by-d-model"), v(scale="d_model")),
+            (says("heads-merged-without-transpose"), v(merge="no-transpose")),
+            (says("heads-split-without-transpose"), v(split="no-transpose")),
             (
-                SPLIT_NO_TRANSPOSE + " (and merged back the same way)",
+                says("heads-split-and-merged-without-transpose"),
                 v(split="no-transpose", merge="no-transpose"),
             ),
             (
-                SPLIT_INTERLEAVED + " (and merged back the same way)",
+                says("heads-split-and-merged-interleaved"),
                 v(split="interleaved", merge="interleaved"),
             ),
-            (SPLIT_INTERLEAVED, v(split="interleaved")),
+            (says("heads-split-interleaved"), v(split="interleaved")),
         ]
     mistakes += [
-        (NO_SCALE, v(scale="none")),
-        (NO_OUT_PROJ, v(out_proj=False)),
-        (SOFTMAX_DIM, v(dim=-2)),
-        (VALUES_FROM_W_K, v(values="w_k")),
+        (says("head-scale-missing"), v(scale="none")),
+        (says("no-output-projection"), v(out_proj=False)),
+        (says("softmax-over-queries"), v(dim=-2)),
+        (says("values-from-w-k"), v(values="w_k")),
     ]
     if module.w_q.bias is not None:
-        mistakes.append((NO_BIAS, v(bias=False)))
+        mistakes.append((says("bias-unused"), v(bias=False)))
     return mistakes
 
 
@@ -231,7 +120,7 @@ def _expect_no_nan(got, name: str) -> None:
         row = f"position t = {first[1]}" if got.dim() == 3 else f"index {list(first)}"
         message = f"{name} contains NaN (first at {row})."
         if got.dim() == 3 and bool(got[:, 0].isnan().any()):
-            message += f"\nLikely mistake: {MASK_NO_DIAGONAL}."
+            message += f"\nLikely mistake: {says('causal-mask-hides-diagonal')}."
         raise CaseFailed(message)
 
 
@@ -242,7 +131,7 @@ def _build(candidate, init: dict):
     except CaseFailed as error:
         text = str(error)
         if init.get("bias") and "missing:" in text and ".bias" in text:
-            raise CaseFailed(f"{text}\nLikely mistake: {BIAS_NOT_BUILT}.") from None
+            raise CaseFailed(f"{text}\nLikely mistake: {says('bias-not-built')}.") from None
         raise
 
 
@@ -282,10 +171,13 @@ def _compare_case(candidate, init: dict, shape, *, seed: int, train: bool = Fals
             and not torch.equal(got, _call(student, x, what))
         ):
             raise CaseFailed(
-                "in eval mode (module.eval(), self.training is False) dropout must be off, "
-                "but two calls on the same x gave different outputs: use "
-                "`F.dropout(weights, p=self.dropout, training=self.training)` (or an "
-                "nn.Dropout module, which follows module.eval())"
+                says(
+                    "dropout-in-eval",
+                    detail="but two calls on the same x gave different outputs: use "
+                    "`F.dropout(weights, p=self.dropout, training=self.training)` (or an "
+                    "nn.Dropout module, which follows module.eval())",
+                ),
+                mistake="dropout-in-eval",
             )
         _expect_same_in_both_modes(student, x, got, expected, init, train, what)
         expect_close(
@@ -318,7 +210,8 @@ def _expect_same_in_both_modes(student, x, got, expected, init: dict, train: boo
         this, that = ("training", "eval") if train else ("eval", "training")
         raise CaseFailed(
             f"the output is wrong in {this} mode but right in {that} mode (dropout=0, so "
-            f"both modes must give the same output).\nLikely mistake: {MASK_ONE_MODE.format(that)}."
+            "both modes must give the same output).\nLikely mistake: "
+            f"{says('causal-mask-one-mode', mode=that)}."
         )
 
 
@@ -348,7 +241,7 @@ def _causality_case(candidate, init: dict):
                 f"output at position {t}: token t may attend only to tokens 0 .. t, so the "
                 "future must not leak into the past. "
                 + (
-                    f"Only position {t0} moved: {MASK_SEES_NEXT}"
+                    f"Only position {t0} moved: {says('causal-mask-sees-next')}"
                     if sees_next
                     else "Is the causal mask applied to the scores before the softmax? "
                     f"... {MERGE_MIXES_TOKENS}"
@@ -407,12 +300,7 @@ def _expect_first_token_dropout(module, x, first, p: float) -> str | None:
         }
     clean = candidates["unscaled"][-1]  # every head kept, weight 1
     if all(torch.allclose(f, clean, atol=1e-9, rtol=1e-7) for f in first):
-        raise CaseFailed(
-            "the first token's output is never dropped out: token 0 attends only to "
-            "itself, with weight 1, which dropout on the attention weights zeroes with "
-            f"probability p = {p:g}; dropout belongs on the weights after the softmax "
-            "(dropout on the scores, before the softmax, leaves that weight at 1)"
-        )
+        raise CaseFailed(says("dropout-before-softmax", p=p), mistake="dropout-before-softmax")
     fits = {}
     for scale_name, outs in candidates.items():
         # (draws, B, 1, D) vs (1, B, 2**H, D): which pattern each call matches
@@ -427,17 +315,19 @@ def _expect_first_token_dropout(module, x, first, p: float) -> str | None:
         dropped = 1.0 - kept.double().mean().item()
         if scale_name == "unscaled":
             raise CaseFailed(
-                "some attention weights are dropped but the kept ones are not scaled by "
-                f"1 / (1 - p) = {1 / (1 - p):.4g}: use `F.dropout` or `nn.Dropout` "
-                "(inverted dropout), which rescale the survivors so that the expected "
-                "value is unchanged"
+                says("dropout-unscaled", entries="attention weights", scale=1 / (1 - p)),
+                mistake="dropout-unscaled",
             )
         if scale_name == "1/p":
             raise CaseFailed(
-                "the kept attention weights are scaled by 1 / p instead of 1 / (1 - p): "
-                f"you passed 1 - p as the dropout probability; p = {p:g} is the "
-                "probability of *dropping* a weight, `F.dropout(w, p=self.dropout, "
-                "training=self.training)`"
+                says(
+                    "dropout-keep-probability",
+                    entries="attention weights",
+                    p=p,
+                    one="a weight",
+                    call="`F.dropout(w, p=self.dropout, training=self.training)`",
+                ),
+                mistake="dropout-keep-probability",
             )
         count = kept.numel()
         slack = 4 * math.sqrt(p * (1 - p) / count) + 0.02
@@ -453,7 +343,7 @@ def _expect_first_token_dropout(module, x, first, p: float) -> str | None:
             f"in {1 - max(fits.values()):.0%} of the training-mode calls the output at "
             "position 0 is none of the outputs that dropping whole attention weights can "
             f"give (token 0 attends only to itself, so each of its {H} head weights is 0 or "
-            f"1 / (1 - p)): {DROPOUT_ELSEWHERE}"
+            f"1 / (1 - p)): {says('dropout-elsewhere')}"
         )
     return None
 
@@ -496,8 +386,8 @@ def _expect_no_nan_in_training(nan_rows: list, draws: int, p: float, H: int) -> 
     T = shape[-1]
     t = torch.arange(T, dtype=torch.float64)
     models = {
-        DROPOUT_MASKED_SCORES: 1 - (1 - p) ** (H * (T - 1 - t)),
-        DROPOUT_RENORMALISED: 1 - (1 - p ** (t + 1)) ** H,
+        says("dropout-on-masked-scores"): 1 - (1 - p) ** (H * (T - 1 - t)),
+        says("dropout-renormalised"): 1 - (1 - p ** (t + 1)) ** H,
     }
     freq = rows.double().mean(dim=(0, 1))
     scores = {text: _nan_likelihood(rows, q) for text, q in models.items()}
@@ -555,10 +445,13 @@ def _dropout_case(candidate, init: dict, draws: int = 200):
         stack = torch.stack(outputs)
         if all(torch.allclose(o, clean, atol=1e-9, rtol=1e-7) for o in outputs[:10]):
             raise CaseFailed(
-                f"dropout is never applied: in training mode (module.train()) with "
-                f"dropout={p:g} the attention weights must be dropped out "
-                "(`F.dropout(weights, p=self.dropout, training=self.training)` after the "
-                "softmax)"
+                says(
+                    "dropout-never-applied",
+                    p=p,
+                    what="the attention weights must be dropped out (`F.dropout(weights, "
+                    "p=self.dropout, training=self.training)` after the softmax)",
+                ),
+                mistake="dropout-never-applied",
             )
         elsewhere = _expect_first_token_dropout(reference, x, stack[:, :, 0], p)
         # Dropout on the weights zeroes whole rows at most (all heads dropped, no bias);
@@ -567,12 +460,11 @@ def _dropout_case(candidate, init: dict, draws: int = 200):
         zeros &= ~(stack.abs() < 1e-12).all(dim=-1, keepdim=True)
         if bool(zeros.float().mean() > p / 4):
             raise CaseFailed(
-                f"{float(zeros.float().mean()):.0%} of your output entries are exactly 0: "
-                "dropout is applied to the output; it belongs on the attention weights, "
-                "after the softmax and before the weighted sum of the values"
+                says("dropout-on-output", share=f"{float(zeros.float().mean()):.0%}"),
+                mistake="dropout-on-output",
             )
         if elsewhere:
-            raise CaseFailed(elsewhere)
+            raise CaseFailed(elsewhere, mistake="dropout-elsewhere")
         mean = stack.mean(0)
         sem = stack.std(0) / math.sqrt(draws) + 1e-9
         z = ((mean - clean) / sem).pow(2).mean().sqrt()

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from attention_course import multihead as ref
@@ -12,54 +10,36 @@ from attention_course import multihead as ref
 from ._compare import expect_close, expect_like, expect_tuple, fmt_shape
 from ._data import randn, random_bool
 from ._dropout import expect_dropout_of, is_unchanged, looks_dropped_out
+from ._mistakes import says
 from ._modules import ModulePair, build_pair, expect_same_grads, leaves
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
-from ._weights import attend, expect_weights_then_output
+from ._weights import attention_variant, expect_weights_then_output
 
 # ---------------------------------------------------------------- split / merge
-
-_SPLIT_NO_TRANSPOSE = (
-    "heads reshaped without the transpose: reshaping (B, T, D) straight to (B, H, T, Dh) "
-    "mixes the features of different tokens into one head; view as (B, T, H, Dh), then "
-    "`.transpose(1, 2)`"
-)
-_SPLIT_INTERLEAVED = (
-    "the features are cut the wrong way round: head h must get the contiguous slice "
-    "x[..., h*Dh:(h+1)*Dh], so view as (B, T, H, Dh), not (B, T, Dh, H)"
-)
-_MERGE_NO_TRANSPOSE = (
-    "heads merged without the transpose: reshaping (B, H, T, Dh) straight to (B, T, D) "
-    "mixes tokens; `.transpose(1, 2)` to (B, T, H, Dh) first, then reshape"
-)
-_MERGE_INTERLEAVED = (
-    "the heads' features are interleaved: transpose to (B, T, H, Dh) (not (B, T, Dh, H)) "
-    "before reshaping, so the output is [head 1 | head 2 | ...]"
-)
 
 
 def _split_mistakes(x: torch.Tensor, H: int):
     B, T, D = x.shape
     Dh = D // H
     return [
-        (_SPLIT_NO_TRANSPOSE, lambda: x.reshape(B, H, T, Dh)),
-        (_SPLIT_INTERLEAVED, lambda: x.reshape(B, T, Dh, H).permute(0, 3, 1, 2)),
+        (says("heads-split-without-transpose"), lambda: x.reshape(B, H, T, Dh)),
         (
-            "the transpose is missing: after the view (B, T, H, Dh), bring the heads forward "
-            "with `.transpose(1, 2)` to get (B, H, T, Dh)",
-            lambda: x.reshape(B, T, H, Dh),
+            says("heads-split-interleaved"),
+            lambda: x.reshape(B, T, Dh, H).permute(0, 3, 1, 2),
         ),
+        (says("heads-split-transpose-missing"), lambda: x.reshape(B, T, H, Dh)),
     ]
 
 
 def _merge_mistakes(x: torch.Tensor):
     B, H, T, Dh = x.shape
     return [
-        (_MERGE_NO_TRANSPOSE, lambda: x.reshape(B, T, H * Dh)),
-        (_MERGE_INTERLEAVED, lambda: x.permute(0, 2, 3, 1).reshape(B, T, H * Dh)),
+        (says("heads-merged-without-transpose"), lambda: x.reshape(B, T, H * Dh)),
         (
-            "the reshape is missing: after the transpose (B, T, H, Dh), reshape to (B, T, D)",
-            lambda: x.transpose(1, 2),
+            says("heads-merged-interleaved"),
+            lambda: x.permute(0, 2, 3, 1).reshape(B, T, H * Dh),
         ),
+        (says("heads-merge-reshape-missing"), lambda: x.transpose(1, 2)),
     ]
 
 
@@ -144,97 +124,42 @@ def check_merge_heads(candidate) -> list[Case]:
 # ---------------------------------------------------------------- MultiHeadAttention
 
 
-def _mha_variant(
-    module,
-    query,
-    key,
-    value,
-    mask=None,
-    *,
-    split="ok",
-    merge="ok",
-    scale="d_head",
-    out_proj=True,
-    **attend_kwargs,
-):
-    """Multi-head attention with the reference's weights and one mistake switched on."""
-    H, D = module.num_heads, module.w_q.out_features
-    Dh = D // H
-
-    def split_(x):
-        B, L, _ = x.shape
-        if split == "no-transpose":
-            return x.reshape(B, H, L, Dh)
-        return x.reshape(B, L, H, Dh).transpose(1, 2)
-
-    def merge_(x):
-        B, _, L, _ = x.shape
-        if merge == "no-transpose":
-            return x.reshape(B, L, D)
-        return x.transpose(1, 2).reshape(B, L, D)
-
-    q, k, v = split_(module.w_q(query)), split_(module.w_k(key)), split_(module.w_v(value))
-    factor = {"d_head": 1 / math.sqrt(Dh), "d_model": 1 / math.sqrt(D), "none": 1.0}[scale]
-    heads, weights = attend(q @ k.transpose(-2, -1) * factor, v, mask, **attend_kwargs)
-    out = merge_(heads)
-    return (module.w_o(out) if out_proj else out), weights
-
-
 def _mha_variants(module, query, key, value, mask) -> dict[str, tuple]:
-    def v(**kwargs):
-        return _mha_variant(module, query, key, value, mask, **kwargs)
+    """The known mistakes of a ``MultiHeadAttention``: message -> (output, weights)."""
+
+    def v(query=query, key=key, value=value, mask=mask, **kwargs):
+        return attention_variant(module, query, key, value, mask, **kwargs)
 
     variants = {}
     if module.num_heads > 1:
-        variants[_SPLIT_NO_TRANSPOSE] = v(split="no-transpose")
-        variants[_MERGE_NO_TRANSPOSE] = v(merge="no-transpose")
-        variants[_SPLIT_NO_TRANSPOSE + " (and merged back the same way)"] = v(
+        variants[says("heads-split-without-transpose")] = v(split="no-transpose")
+        variants[says("heads-merged-without-transpose")] = v(merge="no-transpose")
+        variants[says("heads-split-and-merged-without-transpose")] = v(
             split="no-transpose", merge="no-transpose"
         )
-        variants[
-            "the scores are scaled by 1/sqrt(d_model): each head has width d_head = d_model / H, "
-            "so scale by 1/sqrt(d_head)"
-        ] = v(scale="d_model")
-    variants["the 1/sqrt(d_head) scaling of the scores is missing"] = v(scale="none")
-    variants[
-        "the output projection w_o is not applied: mix the concatenated heads with self.w_o"
-    ] = v(out_proj=False)
-    variants[
-        "your softmax runs over the query axis (dim=-2): the weights must sum to 1 over the keys"
-    ] = v(dim=-2)
+        variants[says("scale-by-d-model")] = v(scale="d_model")
+    variants[says("head-scale-missing")] = v(scale="none")
+    variants[says("no-output-projection")] = v(out_proj=False)
+    variants[says("softmax-over-queries")] = v(dim=-2)
     if mask is not None and mask.dtype == torch.bool:
-        variants["the mask is inverted: True means 'may attend'"] = v(invert=True)
-        variants["the mask is ignored: pass it on to the attention"] = _mha_variant(
-            module, query, key, value, None
-        )
-        variants[
-            "a fully masked row gives NaN: give such rows zero weights (and a zero attention "
-            "output)"
-        ] = v(fill="nan")
+        variants[says("mask-inverted")] = v(invert=True)
+        variants[says("mask-not-passed-on")] = v(mask=None)
+        variants[says("fully-masked-row-nan")] = v(fill="nan")
     if mask is not None and mask.dtype != torch.bool:
-        variants[
-            "a float mask is added to the scores, not converted to bool: `mask == 0` is right "
-            "only for a 0 / -inf mask, but a float mask may hold any bias; pass it on unchanged"
-        ] = _mha_variant(module, query, key, value, mask == 0)
-        variants["the float mask is ignored: pass it on to the attention"] = _mha_variant(
-            module, query, key, value, None
-        )
+        variants[says("float-mask-as-bool")] = v(mask=mask == 0)
+        variants[says("mask-not-passed-on")] = v(mask=None)
     wrong_inputs = {
-        "the keys and values are computed from the query input: use w_k(key) and "
-        "w_v(value), so that cross-attention reads the other sequence": (query, query),
-        "the values are computed from the key input: use w_v(value)": (key, key),
-        "the keys are computed from the value input: use w_k(key)": (value, value),
+        "kv-from-query": (query, query),
+        "values-from-key": (key, key),
+        "keys-from-value": (value, value),
     }
-    for description, (k_in, v_in) in wrong_inputs.items():
+    for mistake, (k_in, v_in) in wrong_inputs.items():
         try:  # only where the shapes allow the mistake
-            variants[description] = _mha_variant(module, query, k_in, v_in, mask)
+            variants[says(mistake)] = v(key=k_in, value=v_in)
         except RuntimeError:
             pass
     good = v()
-    variants["the weights are averaged over the heads: return one map per head, (B, H, T, S)"] = (
-        good[0],
-        good[1].mean(dim=1),
-    )
+    variants[says("weights-averaged-over-heads")] = (good[0], good[1].mean(dim=1))
     return variants
 
 
@@ -272,9 +197,13 @@ def _mha_case(candidate, init: dict, shapes, mask=None, need_weights=True, train
             and looks_dropped_out(got[1], expected_w, p)
         ):
             raise CaseFailed(
-                f"in eval mode (module.eval(), self.training is False) dropout must be off, but "
-                f"your weights look dropped out (entries set to 0, the rest scaled by "
-                f"1 / (1 - {p:g})): pass `dropout_p=self.dropout if self.training else 0.0`"
+                says(
+                    "dropout-in-eval",
+                    detail=f"but your weights look dropped out (entries set to 0, the rest "
+                    f"scaled by 1 / (1 - {p:g})): pass `dropout_p=self.dropout if "
+                    "self.training else 0.0`",
+                ),
+                mistake="dropout-in-eval",
             )
         with torch.no_grad():
             variants = _mha_variants(reference, query, key, value, mask)
@@ -343,9 +272,13 @@ def _mha_dropout_case(candidate, init: dict):
         expect_like(got_out, clean_out, "output")
         if is_unchanged(got_w, clean_w) and is_unchanged(got_out, clean_out):
             raise CaseFailed(
-                f"dropout is never applied: in training mode (module.train()) with "
-                f"dropout={p:g} about {p:.0%} of the attention weights must be set to 0; "
-                f"dropout goes {_MHA_DROPOUT_WHERE}"
+                says(
+                    "dropout-never-applied",
+                    p=p,
+                    what=f"about {p:.0%} of the attention weights must be set to 0; "
+                    f"dropout goes {_MHA_DROPOUT_WHERE}",
+                ),
+                mistake="dropout-never-applied",
             )
         if is_unchanged(got_w, clean_w):
             raise CaseFailed(
@@ -370,13 +303,7 @@ def _mha_dropout_case(candidate, init: dict):
             got_out,
             expected,
             "output (computed from your dropped-out weights)",
-            mistakes=[
-                (
-                    "the output uses the weights before dropout: the heads must be averaged "
-                    "with the dropped-out weights",
-                    lambda: clean_out,
-                )
-            ],
+            mistakes=[(says("dropout-weights-before-dropout"), lambda: clean_out)],
         )
 
     return run

@@ -1,12 +1,15 @@
 """A catalogue of realistic buggy implementations, one small piece of code per mistake.
 
-Each entry is ``(target, name, implementation, expected_phrase)``: the checker
-``check_<target>`` must reject ``implementation``, and when ``expected_phrase``
-is not None its report must contain that phrase (the named mistake). Every
-implementation's docstring says what is wrong with it.
+Each entry is ``(target, name, implementation, expected)``: the checker
+``check_<target>`` must reject ``implementation``; ``expected`` is the mistake its report
+must name: an id of ``attention_course.checks._mistakes.MISTAKES`` (the report's
+``mistakes``), or, for a checker not yet on that table, a phrase of its text; None where
+the report names nothing in particular. Every implementation's docstring says what is
+wrong with it.
 """
 
 import attention_course as ac
+from attention_course.checks._mistakes import MISTAKES
 
 from . import (
     alibi,
@@ -89,3 +92,14 @@ CATALOGUE = [
     *alibi.CATALOGUE,  # exercise 14
     *rolling_cache.CATALOGUE,  # exercise 15
 ]
+
+
+def names(report, expected) -> bool:
+    """Whether ``report`` names the ``expected`` mistake of a catalogue entry: its id among
+    the report's mistake ids, or (a checker not yet on the mistake table) its phrase in
+    the report's text; True for None."""
+    if expected is None:
+        return True
+    if expected in MISTAKES:
+        return expected in report.mistakes
+    return expected in str(report)

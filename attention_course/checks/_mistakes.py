@@ -1,0 +1,270 @@
+"""The mistake table: every known mistake a checker can name, by a stable id.
+
+A checker names a mistake with ``says(id)`` (its message) wherever it lists the mistakes
+it recognises (``(says(id), compute)`` pairs for `_compare.expect_close`), or raises
+``CaseFailed(message, mistake=id)`` for one it finds by a property. The runner records
+the id of the mistake a failing case named in ``CaseResult.mistake`` (read from the
+``Likely mistake: ...`` line, see `mistake_in`), so that tests pin ids, not prose, and a
+message can be reworded in one place. One mistake has one id and one message, whichever
+checker names it.
+
+Ids are lower-case words joined by hyphens, naming the mistake, not the checker. Messages
+end without a full stop (the report adds it). Checkers not yet moved to this table keep
+their messages in their own modules; to move one, add its messages here and replace each
+literal with ``says(id)``.
+"""
+
+from __future__ import annotations
+
+import re
+
+_BOTH_WAYS = " (and merged back the same way)"
+
+_SPLIT_WITHOUT_TRANSPOSE = (
+    "heads split without the transpose: reshaping (B, T, D) straight to (B, H, T, Dh) "
+    "mixes the features of different tokens into one head; view as (B, T, H, Dh), then "
+    "`.transpose(1, 2)`"
+)
+_SPLIT_INTERLEAVED = (
+    "heads split interleaved: `view(B, T, Dh, H)` gives head h the features h, h + H, "
+    "h + 2H, ...; head h must get the contiguous slice x[..., h*Dh:(h+1)*Dh]: view as "
+    "(B, T, H, Dh), then `.transpose(1, 2)`"
+)
+
+MISTAKES: dict[str, str] = {
+    # ---- splitting and merging heads (split_heads, merge_heads, the attention modules)
+    "heads-split-without-transpose": _SPLIT_WITHOUT_TRANSPOSE,
+    "heads-split-and-merged-without-transpose": _SPLIT_WITHOUT_TRANSPOSE + _BOTH_WAYS,
+    "heads-split-interleaved": _SPLIT_INTERLEAVED,
+    "heads-split-and-merged-interleaved": _SPLIT_INTERLEAVED + _BOTH_WAYS,
+    "heads-split-transpose-missing": (
+        "the transpose is missing: after the view (B, T, H, Dh), bring the heads forward "
+        "with `.transpose(1, 2)` to get (B, H, T, Dh)"
+    ),
+    "heads-merged-without-transpose": (
+        "heads merged without the transpose: reshaping (B, H, T, Dh) straight to (B, T, D) "
+        "mixes tokens; `.transpose(1, 2)` to (B, T, H, Dh) first, then reshape"
+    ),
+    "heads-merged-interleaved": (
+        "the heads' features are interleaved: transpose to (B, T, H, Dh) (not (B, T, Dh, H)) "
+        "before reshaping, so the output is [head 1 | head 2 | ...]"
+    ),
+    "heads-merge-reshape-missing": (
+        "the reshape is missing: after the transpose (B, T, H, Dh), reshape to (B, T, D)"
+    ),
+    # ---- scaling the scores
+    "scale-by-d-model": (
+        "the scores are scaled by 1/sqrt(d_model): each head has width d_head = d_model / "
+        "num_heads, so scale by 1/sqrt(d_head)"
+    ),
+    "head-scale-missing": "the 1/sqrt(d_head) scaling of the scores is missing",
+    "scale-missing": "the 1/sqrt(d_k) factor is missing: scale the scores by 1/sqrt(d_k)",
+    "scale-by-d-k": "your scores are scaled by 1/d_k: the factor is 1/sqrt(d_k)",
+    "scale-multiplied": "you multiplied the scores by sqrt(d_k): divide by it",
+    "scale-by-d-v": "you scaled by 1/sqrt(d_v): the factor uses the key size, 1/sqrt(d_k)",
+    "scale-argument-ignored": (
+        "the `scale` argument is ignored: when given, it replaces 1/sqrt(d_k)"
+    ),
+    "scale-zero-ignored": (
+        "scale=0.0 is treated as if no scale were given: test `scale is None`, not "
+        "`scale or ...` (0.0 is falsy); with scale=0 every score is 0 and the weights "
+        "are uniform"
+    ),
+    # ---- the softmax and the weighted sum
+    "softmax-over-queries": (
+        "your softmax runs over the query axis (dim=-2): the weights must sum to 1 over the keys"
+    ),
+    "softmax-over-batch": (
+        "your softmax runs over the batch axis (dim=0): the weights must sum to 1 over the "
+        "keys (dim=-1)"
+    ),
+    "keys-averaged": "you averaged the keys instead of the values: the output is weights @ value",
+    "weights-averaged-over-heads": (
+        "the weights are averaged over the heads: return one map per head, (B, H, T, S)"
+    ),
+    "no-output-projection": (
+        "the output projection w_o is not applied: mix the concatenated heads with self.w_o"
+    ),
+    # ---- a mask given to the attention
+    "mask-inverted": (
+        "the mask is inverted: True means 'may attend', so fill the scores where the mask is False"
+    ),
+    "mask-after-softmax": (
+        "the mask is applied after the softmax: zeroing the masked weights after the "
+        "softmax leaves rows that no longer sum to 1 (and the masked keys still shaped the "
+        "normaliser); fill the *scores* with -inf before the softmax"
+    ),
+    "mask-ignored": (
+        "the mask is ignored: fill the scores of masked keys with -inf before the softmax"
+    ),
+    "mask-not-passed-on": "the mask is ignored: pass it on to the attention",
+    "fully-masked-row-nan": (
+        "a fully masked row gives NaN (softmax of a row of -inf is 0/0): give such rows "
+        "zero weights and a zero output"
+    ),
+    "fully-masked-row-uniform": (
+        "a fully masked row gets uniform weights (a large negative fill makes the row "
+        "constant): such rows must have zero weights and a zero output"
+    ),
+    "bool-mask-multiplies": (
+        "the bool mask multiplies the scores: that sets the masked scores to 0, not to "
+        "-inf, so masked keys still get weight; use `scores.masked_fill(~mask, "
+        "torch.finfo(scores.dtype).min)` (or -inf) before the softmax"
+    ),
+    "float-mask-ignored": "the float mask is ignored: add it to the scores before the softmax",
+    "float-mask-multiplies": (
+        "the float mask multiplies the scores: a float mask is added to them"
+    ),
+    "float-mask-as-bool": (
+        "a float mask is added to the scores, not converted to bool: `mask == 0` (or "
+        "`mask.bool()`) is right only for a 0 / -inf mask, but a float mask may hold any "
+        "bias (e.g. ALiBi's distance penalty); use `scores = scores + mask` (a module "
+        "passes the mask on unchanged)"
+    ),
+    "float-mask-nonzero-as-bool": (
+        "a float mask is added to the scores, not converted to bool: `mask.bool()` marks "
+        "every nonzero bias; use `scores = scores + mask`"
+    ),
+    # ---- the causal mask a decoder builds itself
+    "no-causal-mask": (
+        "no causal mask: token t attends to the later tokens t+1, t+2, ... too; fill the "
+        "scores above the diagonal with -inf before the softmax "
+        "(`scores.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool)), "
+        "float('-inf'))`)"
+    ),
+    "causal-mask-hides-diagonal": (
+        "the causal mask is off by one: it hides the diagonal, so a token cannot see itself "
+        "(and the first token sees nothing); token t must attend to tokens 0 .. t, itself "
+        "included: `torch.tril(ones)` keeps the diagonal, `torch.triu(ones, diagonal=1)` is "
+        "what to hide"
+    ),
+    "causal-mask-sees-next": (
+        "the causal mask is off by one: token t also sees token t+1 (the one it must "
+        "predict); hide every key j > t, i.e. `torch.triu(ones, diagonal=1)`, not diagonal=2"
+    ),
+    "causal-mask-inverted": (
+        "the causal mask is inverted: token t attends to the tokens after it instead of the "
+        "ones before it; hide j > t (above the diagonal), keep j <= t"
+    ),
+    "causal-mask-one-mode": (
+        "the causal mask (or another step) is applied in {mode} mode only, behind `if "
+        "self.training`: the mask applies in both modes, only dropout depends on self.training"
+    ),
+    # ---- projections
+    "kv-from-query": (
+        "the keys and values are computed from the query input: use w_k(key) and "
+        "w_v(value), so that cross-attention reads the other sequence"
+    ),
+    "values-from-key": "the values are computed from the key input: use w_v(value)",
+    "keys-from-value": "the keys are computed from the value input: use w_k(key)",
+    "values-from-w-k": "the values are projected with w_k: v = self.w_v(x)",
+    "bias-unused": (
+        "the biases are not used: with bias=True call the nn.Linear layers themselves "
+        "(self.w_q(x)), which add their bias, not x @ self.w_q.weight.T"
+    ),
+    "bias-not-built": (
+        "with bias=True your layers have no bias: build `nn.Linear(d_model, d_model, "
+        "bias=bias)`, passing the constructor's bias on"
+    ),
+    # ---- additive attention
+    "additive-tanh-missing": "the tanh is missing: score = v^T tanh(W q + U k)",
+    "additive-relu": "you used relu instead of tanh: score = v^T tanh(W q + U k)",
+    "additive-scaled": (
+        "your scores are scaled by 1/sqrt(hidden_dim): additive attention does not scale"
+    ),
+    "single-query-axis-kept": (
+        "you kept the query axis: for a single query (B, Dq) return context (B, Dv) and "
+        "weights (B, S)"
+    ),
+    "single-query-mask-broadcast": (
+        "with a single query (B, Dq) the mask (B, S) needs the query axis too, "
+        "`mask[:, None, :]` -> (B, 1, S): otherwise it broadcasts against the (B, 1, S) "
+        "scores to (B, B, S) and every sequence is masked like the first one"
+    ),
+    # ---- dropout on the attention weights
+    "dropout-never-applied": (
+        "dropout is never applied: in training mode (module.train()) with dropout={p:g} {what}"
+    ),
+    "dropout-in-eval": (
+        "in eval mode (module.eval(), self.training is False) dropout must be off, {detail}"
+    ),
+    "dropout-on-output": (
+        "{share} of your output entries are exactly 0: dropout is applied to the output; it "
+        "belongs on the attention weights, after the softmax and before the weighted sum of "
+        "the values"
+    ),
+    "dropout-elsewhere": (
+        "dropout is applied somewhere other than the attention weights (on V, on the merged "
+        "heads?): it belongs after the softmax, on the (B, H, T, T) weights"
+    ),
+    "dropout-unscaled": (
+        "some {entries} are dropped but the kept ones are not scaled by "
+        "1 / (1 - p) = {scale:.4g}: use `F.dropout` or `nn.Dropout` (inverted dropout), "
+        "which rescale the survivors so that the expected value is unchanged"
+    ),
+    "dropout-keep-probability": (
+        "the kept {entries} are scaled by 1 / p instead of 1 / (1 - p): you passed "
+        "1 - p as the dropout probability; p = {p:g} is the probability of *dropping* "
+        "{one}, {call}"
+    ),
+    "dropout-before-softmax": (
+        "the first token's output is never dropped out: token 0 attends only to itself, "
+        "with weight 1, which dropout on the attention weights zeroes with probability "
+        "p = {p:g}; dropout belongs on the weights after the softmax (dropout on the "
+        "scores, before the softmax, leaves that weight at 1)"
+    ),
+    "dropout-on-masked-scores": (
+        "dropout is applied to the scores after the mask: a dropped -inf score becomes "
+        "-inf * 0 = NaN, and a row with a NaN gives NaN weights; dropout belongs on the "
+        "weights, after the softmax: `F.dropout(weights, p=self.dropout, "
+        "training=self.training)`"
+    ),
+    "dropout-renormalised": (
+        "the weights are renormalised after dropout (`w / w.sum(-1, keepdim=True)`): a row "
+        "whose kept weights were all dropped (token 0 has only one) becomes 0 / 0 = NaN, and "
+        "renormalising undoes inverted dropout's 1 / (1 - p) scaling; apply "
+        "`F.dropout(weights, p=self.dropout, training=self.training)` after the softmax and "
+        "use those weights as they are"
+    ),
+    "dropout-weights-before-dropout": (
+        "the output uses the weights before dropout: the heads must be averaged with the "
+        "dropped-out weights"
+    ),
+}
+"""Every mistake by id: its message, a ``str.format`` template where it has ``{fields}``."""
+
+
+def says(mistake: str, **fields) -> str:
+    """The message of ``mistake`` (an id of `MISTAKES`), its ``{fields}`` filled in."""
+    text = MISTAKES[mistake]
+    return text.format(**fields) if fields else text
+
+
+def _pattern(template: str) -> re.Pattern:
+    parts = re.split(r"\{[^{}]*\}", template)
+    return re.compile(".+?".join(re.escape(part) for part in parts) + r"\Z", re.DOTALL)
+
+
+_BY_MESSAGE = {text: key for key, text in MISTAKES.items() if "{" not in text}
+_TEMPLATES = [(key, _pattern(text)) for key, text in MISTAKES.items() if "{" in text]
+_NAMED = re.compile(r"^Likely mistake(?: \(.*?\))?: (.+)\.$", re.MULTILINE)
+
+
+def mistake_id(message: str) -> str | None:
+    """The id whose message (or filled-in template) is exactly ``message``; None if none."""
+    if message in _BY_MESSAGE:
+        return _BY_MESSAGE[message]
+    for key, pattern in _TEMPLATES:
+        if pattern.match(message):
+            return key
+    return None
+
+
+def mistake_in(report_message: str) -> str | None:
+    """The id of the mistake a case's message names on its ``Likely mistake: ...`` line,
+    or None when it names none or one that is not in the table."""
+    for named in _NAMED.findall(report_message):
+        found = mistake_id(named)
+        if found is not None:
+            return found
+    return None

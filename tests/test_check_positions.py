@@ -70,7 +70,7 @@ def test_every_chapter_14_mistake_scores_below_0_9():
     import sys
 
     sys.path.insert(0, os.path.dirname(__file__))
-    from buggy.positions import CATALOGUE
+    from buggy.relative_positions import CATALOGUE
 
     from attention_course.checks import CHECKERS
 

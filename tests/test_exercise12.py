@@ -16,12 +16,12 @@ import torch
 
 from attention_course import tiled
 from attention_course.checks import check_online_softmax_update, check_tiled_attention_loop
-from attention_course.checks import efficient as messages
+from attention_course.checks import tiled as messages
 from attention_course.checks._sizes import record_sizes
 from attention_course.quiz import check_quiz
 
 sys.path.insert(0, os.path.dirname(__file__))
-from buggy import efficient as buggy  # noqa: E402
+from buggy import tiled as buggy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TWIN = ROOT / "exercises" / "solutions" / "12_efficient_attention.ipynb"

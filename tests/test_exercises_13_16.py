@@ -77,7 +77,7 @@ def test_temperature_changes_the_checkers_samples():
 def test_alibi_expected_bias_is_the_packages_causal_bias():
     slopes = ac.alibi_slopes(4).double()
     got = expected_bias(slopes, 3, 7)
-    want = ac.positions.alibi_causal_mask(4, 3, 7, None, torch.float64, need_weights=True)
+    want = ac.relative_positions.alibi_causal_mask(4, 3, 7, None, torch.float64, need_weights=True)
     torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 

@@ -47,7 +47,7 @@ from buggy import masking as buggy_masking  # noqa: E402
 from buggy import modern as buggy_modern  # noqa: E402
 from buggy import names  # noqa: E402
 from buggy import norms as buggy_norms  # noqa: E402
-from buggy import positions as buggy_positions  # noqa: E402
+from buggy import relative_positions as buggy_positions  # noqa: E402
 
 ROUND3 = [
     *buggy_norms.ROUND3,

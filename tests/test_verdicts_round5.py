@@ -35,13 +35,13 @@ from attention_course.checks import (
 from attention_course.quiz import check_quiz
 
 sys.path.insert(0, os.path.dirname(__file__))
-from buggy import efficient as buggy_efficient  # noqa: E402
 from buggy import generation as buggy_generation  # noqa: E402
 from buggy import gpt as buggy_gpt  # noqa: E402
 from buggy import kv as buggy_kv  # noqa: E402
 from buggy import modern as buggy_modern  # noqa: E402
 from buggy import rolling_cache as buggy_rolling  # noqa: E402
 from buggy import sampling as buggy_sampling  # noqa: E402
+from buggy import tiled as buggy_tiled  # noqa: E402
 
 
 def _failures(report) -> str:
@@ -92,7 +92,7 @@ def test_generate_returning_int64_still_passes():
 
 
 def test_online_update_l_without_keepdim_is_named_in_every_case():
-    report = check_online_softmax_update(buggy_efficient.update_l_without_keepdim)
+    report = check_online_softmax_update(buggy_tiled.update_l_without_keepdim)
     assert not report.passed
     for result in report.results:
         message = str(result.message)
@@ -168,7 +168,7 @@ def test_a_shifting_buffer_is_still_named(impl):
     ],
 )
 def test_online_update_maximum_mistakes_are_named(impl, phrase):
-    report = check_online_softmax_update(getattr(buggy_efficient, impl))
+    report = check_online_softmax_update(getattr(buggy_tiled, impl))
     assert not report.passed
     assert phrase in _first_failure(report), _failures(report)
 

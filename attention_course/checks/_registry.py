@@ -12,7 +12,6 @@ from .attention import (
     check_set_attention,
     check_soft_argmax,
 )
-from .efficient import check_online_softmax_update, check_tiled_attention_loop  # chapter 12
 from .ffn import check_positionwise_feed_forward
 from .generation import check_generate  # exercise 13
 from .gpt import check_causal_self_attention
@@ -28,9 +27,10 @@ from .modern import check_rms_norm, check_swiglu  # chapter 16
 from .multihead import check_merge_heads, check_multi_head_attention, check_split_heads
 from .norms import check_batch_norm, check_layer_norm
 from .positional import check_sinusoidal_positional_encoding
-from .positions import check_alibi_slopes, check_apply_rope  # chapter 14
+from .relative_positions import check_alibi_slopes, check_apply_rope  # chapter 14
 from .rolling_cache import check_rolling_update  # exercise 15
 from .sampling import check_filter_logits
+from .tiled import check_online_softmax_update, check_tiled_attention_loop  # chapter 12
 from .transformer import check_decoder_layer, check_encoder_layer
 
 

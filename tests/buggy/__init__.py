@@ -14,7 +14,6 @@ from attention_course.checks._mistakes import MISTAKES
 from . import (
     alibi,
     attention,
-    efficient,
     ffn_positional,
     generation,
     gpt,
@@ -24,9 +23,10 @@ from . import (
     modern,
     multihead,
     norms,
-    positions,
+    relative_positions,
     rolling_cache,
     sampling,
+    tiled,
     transformer,
 )
 
@@ -84,10 +84,10 @@ CATALOGUE = [
     *sampling.CATALOGUE,
     *gpt.CATALOGUE,
     *interpret.CATALOGUE,
-    *efficient.CATALOGUE,  # chapter 12
+    *tiled.CATALOGUE,  # chapter 12
     *kv.CATALOGUE,  # chapter 15
     *modern.CATALOGUE,  # chapter 16
-    *positions.CATALOGUE,  # chapter 14
+    *relative_positions.CATALOGUE,  # chapter 14
     *generation.CATALOGUE,  # exercise 13
     *alibi.CATALOGUE,  # exercise 14
     *rolling_cache.CATALOGUE,  # exercise 15

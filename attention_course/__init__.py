@@ -15,6 +15,14 @@ Masks are boolean with **True = may attend**, broadcastable to ``(B, H, T, S)``
 (the convention of ``F.scaled_dot_product_attention``); float masks are
 additive. Nothing here chooses a device: modules follow their inputs.
 
+Attention weights, two flags for two things: ``need_weights`` asks *one attention
+module* for its weights ``(B, H, T, S)``; ``return_attention`` asks *a model or a stack*
+for the list of every layer's. ``MultiHeadAttention`` keeps ``nn.MultiheadAttention``'s
+contract, which chapter 6 proves it equal to (``need_weights=True`` by default, always
+``(out, weights or None)``); ``CausalSelfAttention`` and ``GPTBlock``, built for speed
+inside a GPT, default to ``need_weights=False`` and then return the output alone (as
+nanoGPT's attention does), so the fused kernel runs unless weights are asked for.
+
 Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``masking`` 5,
 ``multihead`` 6, ``norms`` 7 and 16 (RMSNorm), ``ffn`` 8 and 16 (SwiGLU), ``positional`` 9
 (absolute positions), ``transformer`` and ``diagram`` 10, ``classifier`` 11, ``fused``

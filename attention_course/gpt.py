@@ -409,6 +409,8 @@ class GPT(nn.Module):
         self.d_ff = d_ff
         self.max_len = max_len
         self.pos = pos
+        # the arguments `norm` and `ffn` by name (what config() returns); `self.norm` is
+        # the final norm module, and each block's `ffn` its feed-forward network
         self.norm_type = norm
         self.ffn_type = ffn
         self.tie_weights = tie_weights

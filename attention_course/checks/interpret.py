@@ -11,7 +11,7 @@ import torch
 from attention_course import interpret as ref
 
 from ._compare import expect_close, sums_to_one_hint
-from ._data import randn
+from ._data import draw_until, generator, randn
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 
 # ---------------------------------------------------------------- known mistakes
@@ -642,18 +642,51 @@ def _permute_heads(model, layer: int, order: list[int]):
     return model
 
 
-_ROLLED = " (heads rolled)"
-"""A variant's name with this suffix: the same model with the heads of every layer
-renumbered, new head k = old head k + 1 (mod H): the same function, the best head moved."""
+def _renumbering(num_layers: int, num_heads: int, *, seed: int, keep=None) -> list[list[int]]:
+    """A renumbering of the heads of every layer, drawn from the run seed (the input named
+    ``seed``, `_data.generator`): ``orders[layer][k]`` is the old number of new head k. No
+    head keeps its number in any layer (each order is a derangement), and ``keep(orders)``,
+    when given, accepts it (`_data.draw_until` redraws until it does).
+
+    Renumbering heads is the same function (`_permute_heads`), so every answer the checks
+    derive keeps the margins proven on the shipped model (``tests/test_determinism.py``);
+    only the numbers change, so an answer keyed on (layer, head) of the shipped model, or
+    recorded on the check cell's models, is wrong on the grader's fresh seed."""
+
+    def draw(name: int) -> list[list[int]]:
+        g = generator(name)
+        orders = []
+        for _ in range(num_layers):
+            for _ in range(1000):  # a random order is a derangement 3 times in 8
+                order = torch.randperm(num_heads, generator=g).tolist()
+                if all(old != new for new, old in enumerate(order)):
+                    break
+            orders.append(order)
+        return orders
+
+    def accepted(orders) -> bool:
+        deranged = all(old != new for order in orders for new, old in enumerate(order))
+        return deranged and (keep is None or keep(orders))
+
+    return draw_until(draw, accepted, seed)
+
+
+def _renumbered(model, orders: list[list[int]]):
+    """``model`` with the heads of each layer renumbered by ``orders`` (`_renumbering`)."""
+    for layer, order in enumerate(orders):
+        _permute_heads(model, layer, order)
+    return model
+
+
+def _describe_renumbering(orders: list[list[int]]) -> str:
+    layers = "; ".join(f"layer {layer}: {order}" for layer, order in enumerate(orders))
+    return (
+        "on the same model with the heads of every layer renumbered at random, the same "
+        f"function (new head k is old head order[k]; {layers})"
+    )
 
 
 def _variant(name: str):
-    if name.endswith(_ROLLED):
-        model = _variant(name.removesuffix(_ROLLED))
-        H = model.num_heads
-        for layer in range(model.num_layers):
-            _permute_heads(model, layer, [(k + 1) % H for k in range(H)])
-        return model
     model = _trained()
     if name == "permuted":
         _permute_heads(model, 1, [2, 3, 0, 1])
@@ -723,18 +756,46 @@ def _expect_unchanged(model, before, what):
             )
 
 
-def _find_case(candidate, variant: str, period: int):
+def _accepted(model, ids, period):
+    """The (L, H) induction scores and the heads within `_TIE` of the best: the answers
+    accepted. Several layer-2 heads of this model are induction heads, and two of them can
+    score within a few thousandths of each other (period 12: 0.676 and 0.674): every head
+    within _TIE of the best is accepted, as the task says."""
+    induction = _scores(model, ids, period, period - 1)
+    near_best = (induction.flatten() >= induction.max() - _TIE).nonzero()
+    return induction, [divmod(int(k), model.num_heads) for k in near_best]
+
+
+def _find_case(candidate, variant: str, period: int, renumber: int | None = None):
+    """The case on ``variant``; with ``renumber`` (the name of a drawn input), on that model
+    with the heads of every layer renumbered by `_renumbering`, drawn so that no answer
+    accepted before the renumbering is accepted after it."""
+
     def run():
         model = _variant(variant)
         ids = _eval_ids(period)
+        if renumber is None:
+            return judge(model, ids, stale=None)
+        _, stale = _accepted(model, ids, period)
+        orders = _renumbering(
+            model.num_layers,
+            model.num_heads,
+            seed=renumber,
+            keep=lambda orders: all(
+                orders[layer][head] not in {h for l, h in stale if l == layer}
+                for layer, head in stale
+            ),
+        )
+        try:
+            return judge(_renumbered(model, orders), ids, stale=stale)
+        except CaseFailed as failure:
+            raise CaseFailed(f"{_describe_renumbering(orders)}: {failure}") from None
+
+    def judge(model, ids, stale):
         L, H = model.num_layers, model.num_heads
         # The expected answer is recomputed on the very model passed to the student's
-        # function. Several layer-2 heads of this model are induction heads, and two of
-        # them can score within a few thousandths of each other (period 12: 0.676 and
-        # 0.674): every head within _TIE of the best is accepted, as the task says.
-        induction = _scores(model, ids, period, period - 1)
-        near_best = (induction.flatten() >= induction.max() - _TIE).nonzero()
-        accepted = [divmod(int(k), H) for k in near_best]
+        # function.
+        induction, accepted = _accepted(model, ids, period)
         expected = ref.find_induction_head(model, ids, period)
         before = _state(model)
         what = f"find_induction_head(model, ids, period={period})"
@@ -747,6 +808,15 @@ def _find_case(candidate, variant: str, period: int):
         message = f"{what} returned {got}, expected {expected} (0-based layer, head)"
         if len(accepted) > 1:
             message += f" or any of {accepted} (within {_TIE} of the best score)"
+        if stale is not None and got in stale:
+            # first: the renumbering is drawn so that this is never right, and an answer
+            # that does not follow it was not computed from this model
+            raise CaseFailed(
+                f"{message}: {got} is the answer for this model before its heads were "
+                "renumbered.\nLikely mistake: an answer fixed in advance or recorded on "
+                "another model (a table of answers): compute the scores from the model and "
+                "the ids you are given"
+            )
         flat = int(induction.argmax())
         one_based = (expected[0] + 1, expected[1])
         by_layers = divmod(flat, L)  # the flat argmax unflattened with the number of layers
@@ -863,24 +933,20 @@ def _find_case(candidate, variant: str, period: int):
     return run
 
 
-def _find_pair_case(candidate, variant: str, period: int):
+def _find_pair_case(candidate, variant: str, period: int, renumber: int):
     """`_find_case` on ``variant``, then on its twin with the heads of every layer renumbered
-    (`_ROLLED`): the best head moves, so no fixed (layer, head) passes both (issue #27:
-    a memorised answer earns no credit)."""
+    at random (`_renumbering`, drawn from the run seed with the input name ``renumber``):
+    the best head moves, so no fixed (layer, head) passes both (issue #27: a memorised
+    answer earns no credit), and a table of answers recorded on the check cell's models
+    fails in the grader, whose run seed draws another renumbering (issue #25)."""
     first, twin = (
         _find_case(candidate, variant, period),
-        _find_case(candidate, variant + _ROLLED, period),
+        _find_case(candidate, variant, period, renumber=renumber),
     )
 
     def run():
         first()
-        try:
-            twin()
-        except CaseFailed as failure:
-            raise CaseFailed(
-                "on the same model with the heads of every layer renumbered (new head k is "
-                f"old head k + 1, the same function): {failure}"
-            ) from None
+        twin()
 
     return run
 
@@ -895,51 +961,53 @@ def check_find_induction_head(candidate) -> list[Case]:
     return [
         Case(
             "chapter 17's trained model, period 16",
-            _find_pair_case(candidate, "trained", _PERIOD),
+            _find_pair_case(candidate, "trained", _PERIOD, renumber=1701),
             covers=frozenset({"trained"}),
         ),
         Case(
             "the same model with its heads renumbered",
-            _find_pair_case(candidate, "permuted", _PERIOD),
+            _find_pair_case(candidate, "permuted", _PERIOD, renumber=1702),
             covers=frozenset({"permuted"}),
         ),
         Case(
             "another period (12)",
-            _find_pair_case(candidate, "trained", 12),
+            _find_pair_case(candidate, "trained", 12, renumber=1703),
             covers=frozenset({"period"}),
         ),
         Case(
             "the shortest period of training (10)",
-            _find_pair_case(candidate, "trained", 10),
+            _find_pair_case(candidate, "trained", 10, renumber=1704),
             covers=frozenset({"period"}),
         ),
         Case(
             "the longest period of training (20), heads renumbered",
-            _find_pair_case(candidate, "permuted", 20),
+            _find_pair_case(candidate, "permuted", 20, renumber=1705),
             covers=frozenset({"period", "permuted"}),
         ),
         Case(
             "the same model with a third layer that writes nothing, appended: the best head "
             "is not in the last layer",
-            _find_pair_case(candidate, "idle layer at the end", _PERIOD),
+            _find_pair_case(candidate, "idle layer at the end", _PERIOD, renumber=1706),
             covers=frozenset({"best head not in the last layer"}),
         ),
         Case(
             "the same model with a first layer that attends uniformly and writes nothing: "
             "the best head is in layer 2 of 3",
-            _find_pair_case(candidate, "idle layer at the start", _PERIOD),
+            _find_pair_case(candidate, "idle layer at the start", _PERIOD, renumber=1707),
             covers=frozenset({"best head not in layer 1"}),
         ),
         Case(
             "the same model with an idle middle layer of four copies of layer 1's "
             "second-best head: the layer with the best mean score does not hold the best head",
-            _find_pair_case(candidate, "best head outside the best-mean layer", _PERIOD),
+            _find_pair_case(
+                candidate, "best head outside the best-mean layer", _PERIOD, renumber=1708
+            ),
             covers=frozenset({"best head not in the best-mean layer"}),
         ),
         Case(
             "the same model with 8 heads per layer (twice as wide, every head duplicated: "
             "the same function)",
-            _find_pair_case(candidate, "8 heads", _PERIOD),
+            _find_pair_case(candidate, "8 heads", _PERIOD, renumber=1709),
             covers=frozenset({"H != 4"}),
         ),
     ]
@@ -1118,28 +1186,65 @@ def _non_real(dtype) -> bool:
     return dtype == torch.bool or dtype.is_complex
 
 
-def _ablation_case(candidate, variant: str, which: str):
+def _ablation_target(model, ids, which: str) -> tuple[int, int]:
+    if which == "induction":
+        return ref.find_induction_head(model, ids, _PERIOD)
+    if which == "previous":  # the previous-token head of layer 0
+        return 0, int(_scores(model, ids, _PERIOD, 1)[0].argmax())
+    layer, head = (int(v) for v in which.split(","))  # a fixed (layer, head), e.g. "1,3"
+    return layer, head
+
+
+def _close(value: float, target: float) -> bool:
+    return abs(value - target) <= 1e-3 + 1e-3 * abs(target)
+
+
+def _ablation_case(candidate, variant: str, which: str, renumber: int | None = None):
+    """The case on ``variant``; with ``renumber`` (the name of a drawn input), the same head
+    asked for again on that model with the heads of every layer renumbered by
+    `_renumbering`: the head keeps its effect and gets another number."""
+
     def run():
         model = _variant(variant)
         ids = _eval_ids(_PERIOD)
-        if which == "induction":
-            layer, head = ref.find_induction_head(model, ids, _PERIOD)
-        elif which == "previous":  # the previous-token head of layer 0
-            layer, head = 0, int(_scores(model, ids, _PERIOD, 1)[0].argmax())
-        else:  # a fixed (layer, head), e.g. "1,3"
-            layer, head = (int(v) for v in which.split(","))
+        layer, head = _ablation_target(model, ids, which)
+        # the models an answer keyed on (layer, head) could have been recorded on
+        others = [] if variant == "trained" else [(_trained(), "chapter 17's model as shipped")]
+        if renumber is None:
+            return judge(model, ids, layer, head, others)
+        orders = _renumbering(model.num_layers, model.num_heads, seed=renumber)
+        others.insert(0, (_variant(variant), "this model before its heads were renumbered"))
+        new = orders[layer].index(head)
+        try:
+            return judge(_renumbered(model, orders), ids, layer, new, others)
+        except CaseFailed as failure:
+            raise CaseFailed(
+                f"{_describe_renumbering(orders)}, where old head {head} of layer {layer} is "
+                f"now head {new}: {failure}"
+            ) from None
+
+    def judge(model, ids, layer, head, others):
         expected = ref.ablation_effect(model, ids, _PERIOD, layer, head)
         before = _state(model)
         what = f"ablation_effect(model, ids, period={_PERIOD}, layer={layer}, head={head})"
         got = call_student(candidate, model, ids, _PERIOD, layer, head, what=what)
         _expect_unchanged(model, before, what)
         value = _as_real_number(got, what)
-        if abs(value - expected) <= 1e-3 + 1e-3 * abs(expected):
+        if _close(value, expected):
             return None
         message = f"{what} returned {value:.4f}, expected {expected:.4f} nats"
         model.load_state_dict(before)
+        for other, name in others:  # first: never right here (test_lookup17.py: margins)
+            if _close(value, ref.ablation_effect(other, ids, _PERIOD, layer, head)):
+                raise CaseFailed(
+                    f"{message}: your value is the effect of ablating head ({layer}, {head}) of "
+                    f"{name}, not of the model you are given.\nLikely mistake: a "
+                    "value fixed in advance or recorded on another model (a table keyed on "
+                    "(layer, head)): zero that head's columns of w_o in the model you are "
+                    "given and measure the loss"
+                )
         for why, wrong in _ablation_mistakes(model, ids, _PERIOD, layer, head):
-            if wrong is not None and abs(value - wrong) <= 1e-3 + 1e-3 * abs(wrong):
+            if wrong is not None and _close(value, wrong):
                 raise CaseFailed(f"{message}.\nLikely mistake: {why}")
         for digits in (0, 1, 2):
             if abs(value - round(expected, digits)) < 1e-9:
@@ -1155,41 +1260,60 @@ def _ablation_case(candidate, variant: str, which: str):
     return run
 
 
+def _ablation_pair_case(candidate, variant: str, which: str, renumber: int):
+    """`_ablation_case` on ``variant``, then on its twin with the heads of every layer
+    renumbered at random (`_renumbering`, drawn from the run seed with the input name
+    ``renumber``), asking for the same head under its new number: a value keyed on
+    (layer, head), of the shipped model or of the check cell's models, fails (issue #25)."""
+    first, twin = (
+        _ablation_case(candidate, variant, which),
+        _ablation_case(candidate, variant, which, renumber=renumber),
+    )
+
+    def run():
+        first()
+        twin()
+
+    return run
+
+
 @checker("ablation_effect")
 def check_ablation_effect(candidate) -> list[Case]:
     """Check ``ablation_effect(model, ids, period, layer, head) -> float``: the second-half
-    loss with that head's output zeroed minus the intact loss, the model left unchanged."""
+    loss with that head's output zeroed minus the intact loss, the model left unchanged.
+    Each case also asks again for the same head on the same model with its heads renumbered
+    at random (drawn from the run seed), so no value keyed on (layer, head) passes a case."""
     _trained()  # reads the file once per process (outside the cases' time limit)
     return [
         Case(
             "ablating the induction head of chapter 17's model",
-            _ablation_case(candidate, "trained", "induction"),
+            _ablation_pair_case(candidate, "trained", "induction", renumber=1721),
             covers=frozenset({"induction head"}),
         ),
         Case(
             "ablating the previous-token head",
-            _ablation_case(candidate, "trained", "previous"),
+            _ablation_pair_case(candidate, "trained", "previous", renumber=1722),
             covers=frozenset({"previous-token head"}),
         ),
         Case(
             "the model with its heads renumbered",
-            _ablation_case(candidate, "permuted", "induction"),
+            _ablation_pair_case(candidate, "permuted", "induction", renumber=1723),
             covers=frozenset({"permuted"}),
         ),
         Case(
             "ablating layer 1, head 3",
-            _ablation_case(candidate, "trained", "1,3"),
+            _ablation_pair_case(candidate, "trained", "1,3", renumber=1724),
             covers=frozenset({"other head"}),
         ),
         Case(
             "ablating layer 0, head 2",
-            _ablation_case(candidate, "trained", "0,2"),
+            _ablation_pair_case(candidate, "trained", "0,2", renumber=1725),
             covers=frozenset({"other head"}),
         ),
         Case(
             "a head that hurts (layer 1, head 0 with its output negated): removing it lowers "
             "the loss, so the change is negative",
-            _ablation_case(candidate, "harmful", "1,0"),
+            _ablation_pair_case(candidate, "harmful", "1,0", renumber=1726),
             covers=frozenset({"negative change"}),
         ),
     ]

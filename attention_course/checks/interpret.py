@@ -5,6 +5,7 @@ layer down to the first."""
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -473,6 +474,11 @@ def check_induction_scores(candidate) -> list[Case]:
             "uniform causal weights, T=16, period=8",
             _induction_case(candidate, "uniform", 1, 2, 16, 8),
             covers=frozenset({"uniform"}),
+            # a support case: its input is written out, not drawn, so its answer can be
+            # known in advance (a table of the check cell's outputs passes it under any
+            # seed), and a read of the wrong past position passes it too (a uniform row
+            # gives every key up to the query the same weight)
+            support=True,
         ),
         Case(
             "random causal weights, B=3, H=4, T=10, period=4",
@@ -623,7 +629,9 @@ def _eval_ids(period: int, seed: int = 1234, n: int = 32) -> torch.Tensor:
     alone gives the batch's best head on most batches, and an ablation effect falls within
     the tolerance of its rounding to two decimals on some), so a fresh batch would make the
     verdict depend on the seed. The induction head is a property of the model, the same for
-    any batch, so a fresh batch would not stop a table of answers either."""
+    any batch, so a fresh batch would not stop a table of answers either. What follows the
+    run seed instead is the numbering of the heads (`_renumbering`): the same function, so
+    the same margins, and an answer keyed on (layer, head) is wrong."""
     from attention_course.data.repeated import repeated_tokens
 
     return repeated_tokens(n, period, 32, torch.Generator().manual_seed(seed))
@@ -642,18 +650,33 @@ def _permute_heads(model, layer: int, order: list[int]):
     return model
 
 
-def _renumbering(num_layers: int, num_heads: int, *, seed: int, keep=None) -> list[list[int]]:
-    """A renumbering of the heads of every layer, drawn from the run seed (the input named
-    ``seed``, `_data.generator`): ``orders[layer][k]`` is the old number of new head k. No
-    head keeps its number in any layer (each order is a derangement), and ``keep(orders)``,
-    when given, accepts it (`_data.draw_until` redraws until it does).
+class _Renumbering(NamedTuple):
+    """New head k of layer l is old head ``orders[l][k]``; its query weights are then
+    multiplied by ``2 ** a`` and its key weights by ``2 ** -a``, its value weights by
+    ``2 ** b`` and its columns of w_o by ``2 ** -b``, where ``(a, b) = exponents[l][k]``."""
 
-    Renumbering heads is the same function (`_permute_heads`), so every answer the checks
-    derive keeps the margins proven on the shipped model (``tests/test_determinism.py``);
-    only the numbers change, so an answer keyed on (layer, head) of the shipped model, or
-    recorded on the check cell's models, is wrong on the grader's fresh seed."""
+    orders: list[list[int]]
+    exponents: list[list[tuple[int, int]]]
 
-    def draw(name: int) -> list[list[int]]:
+
+def _renumbering(num_layers: int, num_heads: int, *, seed: int, keep=None) -> _Renumbering:
+    """A renumbering of the heads of every layer, and a rescaling of each head's weights,
+    drawn from the run seed (the input named ``seed``, `_data.generator`). No head keeps its
+    number in any layer (each order is a derangement), and ``keep(orders)``, when given,
+    accepts the orders (`_data.draw_until` redraws until it does).
+
+    It is the same function: renumbering heads moves their rows and columns together
+    (`_permute_heads`; the sums in w_o add in another order, float32 rounding, about 1e-6
+    of the logits), and scaling a head's queries by 2 ** a and its keys by 2 ** -a leaves
+    every product q . k bit for bit the same (a power of two is exact in floating point;
+    likewise values and w_o). So every answer the checks derive keeps the margins proven
+    on the shipped model (``tests/test_determinism.py``, ``tests/test_lookup17.py``). Only
+    the numbers and the stored weights change: an answer keyed on (layer, head) of the
+    shipped model, or on the weights of the check cell's models, is wrong on the grader's
+    fresh seed (81 orders of 2 x 4 heads alone would be few enough to record them all; with
+    the exponents, each in -3 .. 3, there are about 10^15 models)."""
+
+    def draw(name: int) -> _Renumbering:
         g = generator(name)
         orders = []
         for _ in range(num_layers):
@@ -662,27 +685,41 @@ def _renumbering(num_layers: int, num_heads: int, *, seed: int, keep=None) -> li
                 if all(old != new for new, old in enumerate(order)):
                     break
             orders.append(order)
-        return orders
+        drawn = torch.randint(-3, 4, (num_layers, num_heads, 2), generator=g).tolist()
+        exponents = [[(a, b) for a, b in layer] for layer in drawn]
+        return _Renumbering(orders, exponents)
 
-    def accepted(orders) -> bool:
+    def accepted(renumbering: _Renumbering) -> bool:
+        orders = renumbering.orders
         deranged = all(old != new for order in orders for new, old in enumerate(order))
         return deranged and (keep is None or keep(orders))
 
     return draw_until(draw, accepted, seed)
 
 
-def _renumbered(model, orders: list[list[int]]):
-    """``model`` with the heads of each layer renumbered by ``orders`` (`_renumbering`)."""
-    for layer, order in enumerate(orders):
+def _renumbered(model, renumbering: _Renumbering):
+    """``model`` with its heads renumbered and rescaled by ``renumbering``: the same
+    function (`_renumbering`)."""
+    Dh = model.d_model // model.num_heads
+    for layer, order in enumerate(renumbering.orders):
         _permute_heads(model, layer, order)
+        attn = model.blocks[layer].attn
+        with torch.no_grad():
+            for k, (a, b) in enumerate(renumbering.exponents[layer]):
+                rows = slice(k * Dh, (k + 1) * Dh)
+                attn.w_q.weight[rows] *= 2.0**a  # q . k unchanged: 2 ** a * 2 ** -a = 1
+                attn.w_k.weight[rows] *= 2.0**-a
+                attn.w_v.weight[rows] *= 2.0**b  # w_o (v): each product unchanged
+                attn.w_o.weight[:, rows] *= 2.0**-b
     return model
 
 
-def _describe_renumbering(orders: list[list[int]]) -> str:
-    layers = "; ".join(f"layer {layer}: {order}" for layer, order in enumerate(orders))
+def _describe_renumbering(renumbering: _Renumbering) -> str:
+    layers = "; ".join(f"layer {layer}: {order}" for layer, order in enumerate(renumbering.orders))
     return (
-        "on the same model with the heads of every layer renumbered at random, the same "
-        f"function (new head k is old head order[k]; {layers})"
+        "on the same model with the heads of every layer renumbered at random and their "
+        "weights rescaled by powers of two that cancel, the same function (new head k is "
+        f"old head order[k]; {layers})"
     )
 
 
@@ -777,7 +814,7 @@ def _find_case(candidate, variant: str, period: int, renumber: int | None = None
         if renumber is None:
             return judge(model, ids, stale=None)
         _, stale = _accepted(model, ids, period)
-        orders = _renumbering(
+        renumbering = _renumbering(
             model.num_layers,
             model.num_heads,
             seed=renumber,
@@ -787,9 +824,9 @@ def _find_case(candidate, variant: str, period: int, renumber: int | None = None
             ),
         )
         try:
-            return judge(_renumbered(model, orders), ids, stale=stale)
+            return judge(_renumbered(model, renumbering), ids, stale=stale)
         except CaseFailed as failure:
-            raise CaseFailed(f"{_describe_renumbering(orders)}: {failure}") from None
+            raise CaseFailed(f"{_describe_renumbering(renumbering)}: {failure}") from None
 
     def judge(model, ids, stale):
         L, H = model.num_layers, model.num_heads
@@ -956,7 +993,9 @@ def check_find_induction_head(candidate) -> list[Case]:
     """Check ``find_induction_head(model, ids, period) -> (layer, head)`` on chapter 17's
     trained attention-only model (shipped with the package), grown by an idle layer in two
     cases: the 0-based head with the highest induction score. Each case also asks again on
-    the same model with its heads renumbered, so no fixed answer passes a case."""
+    the same model with its heads renumbered at random (drawn from the run seed), so no
+    fixed answer passes a case, and answers recorded on the check cell's models fail in
+    the grader."""
     _trained()  # reads the file once per process (outside the cases' time limit)
     return [
         Case(
@@ -1212,14 +1251,14 @@ def _ablation_case(candidate, variant: str, which: str, renumber: int | None = N
         others = [] if variant == "trained" else [(_trained(), "chapter 17's model as shipped")]
         if renumber is None:
             return judge(model, ids, layer, head, others)
-        orders = _renumbering(model.num_layers, model.num_heads, seed=renumber)
+        renumbering = _renumbering(model.num_layers, model.num_heads, seed=renumber)
         others.insert(0, (_variant(variant), "this model before its heads were renumbered"))
-        new = orders[layer].index(head)
+        new = renumbering.orders[layer].index(head)
         try:
-            return judge(_renumbered(model, orders), ids, layer, new, others)
+            return judge(_renumbered(model, renumbering), ids, layer, new, others)
         except CaseFailed as failure:
             raise CaseFailed(
-                f"{_describe_renumbering(orders)}, where old head {head} of layer {layer} is "
+                f"{_describe_renumbering(renumbering)}, where old head {head} of layer {layer} is "
                 f"now head {new}: {failure}"
             ) from None
 

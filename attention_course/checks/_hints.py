@@ -96,11 +96,33 @@ CONCEPTS: dict[str, str] = {
     "before, with its sign, and the weights restored afterwards.",
 }
 
-# Mistakes with hand-written tiers: (a regular expression on the named mistake,
-# concept, what to change). Tier 2 is always the chapter.
-EXPLICIT: list[tuple[str, str, str]] = [
+# Mistakes with hand-written tiers: (a regular expression on the named mistake, the
+# targets it is written for (None: any), concept, what to change). Tier 2 is always the
+# chapter. A pattern applies only to its targets: "swapped" names sin and cos in the
+# sinusoidal encoding, but also weight and bias in LayerNorm, norm1 and norm2, (layer,
+# head); "unbiased" is LayerNorm's mistake, and BatchNorm's running_var *should* use the
+# unbiased variance; "dim=-2" is a softmax over the queries in attention and the token
+# axis in LayerNorm (a simulated student's feedback gave those the sines hint and the
+# "divide by the biased variance" hint).
+_NORMS = frozenset({"layer_norm", "batch_norm", "rms_norm"})
+_ATTENTION = frozenset(
+    {
+        "soft_argmax",
+        "set_attention",
+        "scaled_dot_product_attention",
+        "additive_attention",
+        "multi_head_attention",
+        "causal_self_attention",
+        "encoder_layer",
+        "decoder_layer",
+        "online_softmax_update",
+        "tiled_attention_loop",
+    }
+)
+EXPLICIT: list[tuple[str, frozenset[str] | None, str, str]] = [
     (
         r"sqrt\(d_k\)|√d_k",
+        _ATTENTION,
         "Without the 1/sqrt(d_k) scale, the dot products grow with d_k and the softmax "
         "saturates: nearly one-hot weights and vanishing gradients.",
         "Multiply the scores Q K^T by `scale`, which defaults to 1 / sqrt(d_k) with "
@@ -108,27 +130,51 @@ EXPLICIT: list[tuple[str, str, str]] = [
     ),
     (
         r"softmax over the (wrong|query|first)|dim=-2|over the queries",
+        _ATTENTION,
         "Each query distributes its attention over the keys, so the weights of one query "
         "(one row) must sum to 1.",
         "Take the softmax along the last axis, the keys: `scores.softmax(dim=-1)`.",
     ),
     (
         r"unbiased",
+        frozenset({"layer_norm"}),
         "Normalisation layers divide by the biased variance (mean of squared deviations, "
         "divide by N), as the papers and PyTorch do.",
         "Use `((x - mean) ** 2).mean(...)` or `x.var(..., unbiased=False)`.",
     ),
     (
+        r"normalised with the unbiased variance",
+        frozenset({"batch_norm"}),
+        "In training, BatchNorm normalises with the biased batch variance (divide by N); "
+        "only the running_var it keeps for eval mode uses the unbiased one (N - 1).",
+        "Normalise with `((x - mean) ** 2).mean(dims)`; update running_var with that "
+        "variance times N / (N - 1).",
+    ),
+    (
         r"sin and cos|cos and sin|swapped",
+        frozenset({"sinusoidal_positional_encoding"}),
         "The even features carry sines and the odd features cosines of the same frequency.",
         "Write `pe[:, 0::2] = torch.sin(angles)` and `pe[:, 1::2] = torch.cos(angles)`.",
     ),
     (
         r"eps is missing",
+        _NORMS,
         "eps keeps the division finite when a variance is zero; it goes inside the square root.",
         "Divide by `torch.sqrt(var + eps)`, not `torch.sqrt(var) + eps` or `torch.sqrt(var)`.",
     ),
 ]
+
+
+def _explicit(target: str, named: str):
+    """The hand-written tiers for the mistake ``named`` of ``target``, or None."""
+    for pattern, targets, concept, change in EXPLICIT:
+        if (
+            named
+            and (targets is None or target in targets)
+            and re.search(pattern, named, re.IGNORECASE)
+        ):
+            return concept, change
+    return None
 
 
 def _named(message: str) -> str:
@@ -156,10 +202,10 @@ def hint(target: str, message: str, tier: int) -> str:
     if tier not in (1, 2, 3):
         raise ValueError(f"tier: got {tier!r}, expected 1, 2 or 3")
     named = _named(message)
-    explicit = next((e for e in EXPLICIT if named and re.search(e[0], named, re.IGNORECASE)), None)
+    explicit = _explicit(target, named)
     if tier == 1:
         if explicit:
-            return explicit[1]
+            return explicit[0]
         return CONCEPTS.get(target, f"Re-read what `{target}` computes in its chapter.")
     if tier == 2:
         chapter = chapter_of(target)
@@ -170,7 +216,7 @@ def hint(target: str, message: str, tier: int) -> str:
             f"(in the built book: book/{chapter}.html)"
         )
     if explicit:
-        return explicit[2] + (f"\n{named}" if named else "")
+        return explicit[1] + (f"\n{named}" if named else "")
     if named:
         return named
     first = message.strip().splitlines()

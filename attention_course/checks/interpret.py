@@ -5,13 +5,14 @@ layer down to the first."""
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
 from attention_course import interpret as ref
 
 from ._compare import expect_close, sums_to_one_hint
-from ._data import randn
+from ._data import draw_until, generator, randn
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
 
 # ---------------------------------------------------------------- known mistakes
@@ -473,6 +474,11 @@ def check_induction_scores(candidate) -> list[Case]:
             "uniform causal weights, T=16, period=8",
             _induction_case(candidate, "uniform", 1, 2, 16, 8),
             covers=frozenset({"uniform"}),
+            # a support case: its input is written out, not drawn, so its answer can be
+            # known in advance (a table of the check cell's outputs passes it under any
+            # seed), and a read of the wrong past position passes it too (a uniform row
+            # gives every key up to the query the same weight)
+            support=True,
         ),
         Case(
             "random causal weights, B=3, H=4, T=10, period=4",
@@ -623,7 +629,9 @@ def _eval_ids(period: int, seed: int = 1234, n: int = 32) -> torch.Tensor:
     alone gives the batch's best head on most batches, and an ablation effect falls within
     the tolerance of its rounding to two decimals on some), so a fresh batch would make the
     verdict depend on the seed. The induction head is a property of the model, the same for
-    any batch, so a fresh batch would not stop a table of answers either."""
+    any batch, so a fresh batch would not stop a table of answers either. What follows the
+    run seed instead is the numbering of the heads (`_renumbering`): the same function, so
+    the same margins, and an answer keyed on (layer, head) is wrong."""
     from attention_course.data.repeated import repeated_tokens
 
     return repeated_tokens(n, period, 32, torch.Generator().manual_seed(seed))
@@ -642,18 +650,80 @@ def _permute_heads(model, layer: int, order: list[int]):
     return model
 
 
-_ROLLED = " (heads rolled)"
-"""A variant's name with this suffix: the same model with the heads of every layer
-renumbered, new head k = old head k + 1 (mod H): the same function, the best head moved."""
+class _Renumbering(NamedTuple):
+    """New head k of layer l is old head ``orders[l][k]``; its query weights are then
+    multiplied by ``2 ** a`` and its key weights by ``2 ** -a``, its value weights by
+    ``2 ** b`` and its columns of w_o by ``2 ** -b``, where ``(a, b) = exponents[l][k]``."""
+
+    orders: list[list[int]]
+    exponents: list[list[tuple[int, int]]]
+
+
+def _renumbering(num_layers: int, num_heads: int, *, seed: int, keep=None) -> _Renumbering:
+    """A renumbering of the heads of every layer, and a rescaling of each head's weights,
+    drawn from the run seed (the input named ``seed``, `_data.generator`). No head keeps its
+    number in any layer (each order is a derangement), and ``keep(orders)``, when given,
+    accepts the orders (`_data.draw_until` redraws until it does).
+
+    It is the same function: renumbering heads moves their rows and columns together
+    (`_permute_heads`; the sums in w_o add in another order, float32 rounding, about 1e-6
+    of the logits), and scaling a head's queries by 2 ** a and its keys by 2 ** -a leaves
+    every product q . k bit for bit the same (a power of two is exact in floating point;
+    likewise values and w_o). So every answer the checks derive keeps the margins proven
+    on the shipped model (``tests/test_determinism.py``, ``tests/test_lookup17.py``). Only
+    the numbers and the stored weights change: an answer keyed on (layer, head) of the
+    shipped model, or on the weights of the check cell's models, is wrong on the grader's
+    fresh seed (81 orders of 2 x 4 heads alone would be few enough to record them all; with
+    the exponents, each in -3 .. 3, there are about 10^15 models)."""
+
+    def draw(name: int) -> _Renumbering:
+        g = generator(name)
+        orders = []
+        for _ in range(num_layers):
+            for _ in range(1000):  # a random order is a derangement 3 times in 8
+                order = torch.randperm(num_heads, generator=g).tolist()
+                if all(old != new for new, old in enumerate(order)):
+                    break
+            orders.append(order)
+        drawn = torch.randint(-3, 4, (num_layers, num_heads, 2), generator=g).tolist()
+        exponents = [[(a, b) for a, b in layer] for layer in drawn]
+        return _Renumbering(orders, exponents)
+
+    def accepted(renumbering: _Renumbering) -> bool:
+        orders = renumbering.orders
+        deranged = all(old != new for order in orders for new, old in enumerate(order))
+        return deranged and (keep is None or keep(orders))
+
+    return draw_until(draw, accepted, seed)
+
+
+def _renumbered(model, renumbering: _Renumbering):
+    """``model`` with its heads renumbered and rescaled by ``renumbering``: the same
+    function (`_renumbering`)."""
+    Dh = model.d_model // model.num_heads
+    for layer, order in enumerate(renumbering.orders):
+        _permute_heads(model, layer, order)
+        attn = model.blocks[layer].attn
+        with torch.no_grad():
+            for k, (a, b) in enumerate(renumbering.exponents[layer]):
+                rows = slice(k * Dh, (k + 1) * Dh)
+                attn.w_q.weight[rows] *= 2.0**a  # q . k unchanged: 2 ** a * 2 ** -a = 1
+                attn.w_k.weight[rows] *= 2.0**-a
+                attn.w_v.weight[rows] *= 2.0**b  # w_o (v): each product unchanged
+                attn.w_o.weight[:, rows] *= 2.0**-b
+    return model
+
+
+def _describe_renumbering(renumbering: _Renumbering) -> str:
+    layers = "; ".join(f"layer {layer}: {order}" for layer, order in enumerate(renumbering.orders))
+    return (
+        "on the same model with the heads of every layer renumbered at random and their "
+        "weights rescaled by powers of two that cancel, the same function (new head k is "
+        f"old head order[k]; {layers})"
+    )
 
 
 def _variant(name: str):
-    if name.endswith(_ROLLED):
-        model = _variant(name.removesuffix(_ROLLED))
-        H = model.num_heads
-        for layer in range(model.num_layers):
-            _permute_heads(model, layer, [(k + 1) % H for k in range(H)])
-        return model
     model = _trained()
     if name == "permuted":
         _permute_heads(model, 1, [2, 3, 0, 1])
@@ -723,18 +793,46 @@ def _expect_unchanged(model, before, what):
             )
 
 
-def _find_case(candidate, variant: str, period: int):
+def _accepted(model, ids, period):
+    """The (L, H) induction scores and the heads within `_TIE` of the best: the answers
+    accepted. Several layer-2 heads of this model are induction heads, and two of them can
+    score within a few thousandths of each other (period 12: 0.676 and 0.674): every head
+    within _TIE of the best is accepted, as the task says."""
+    induction = _scores(model, ids, period, period - 1)
+    near_best = (induction.flatten() >= induction.max() - _TIE).nonzero()
+    return induction, [divmod(int(k), model.num_heads) for k in near_best]
+
+
+def _find_case(candidate, variant: str, period: int, renumber: int | None = None):
+    """The case on ``variant``; with ``renumber`` (the name of a drawn input), on that model
+    with the heads of every layer renumbered by `_renumbering`, drawn so that no answer
+    accepted before the renumbering is accepted after it."""
+
     def run():
         model = _variant(variant)
         ids = _eval_ids(period)
+        if renumber is None:
+            return judge(model, ids, stale=None)
+        _, stale = _accepted(model, ids, period)
+        renumbering = _renumbering(
+            model.num_layers,
+            model.num_heads,
+            seed=renumber,
+            keep=lambda orders: all(
+                orders[layer][head] not in {h for l, h in stale if l == layer}
+                for layer, head in stale
+            ),
+        )
+        try:
+            return judge(_renumbered(model, renumbering), ids, stale=stale)
+        except CaseFailed as failure:
+            raise CaseFailed(f"{_describe_renumbering(renumbering)}: {failure}") from None
+
+    def judge(model, ids, stale):
         L, H = model.num_layers, model.num_heads
         # The expected answer is recomputed on the very model passed to the student's
-        # function. Several layer-2 heads of this model are induction heads, and two of
-        # them can score within a few thousandths of each other (period 12: 0.676 and
-        # 0.674): every head within _TIE of the best is accepted, as the task says.
-        induction = _scores(model, ids, period, period - 1)
-        near_best = (induction.flatten() >= induction.max() - _TIE).nonzero()
-        accepted = [divmod(int(k), H) for k in near_best]
+        # function.
+        induction, accepted = _accepted(model, ids, period)
         expected = ref.find_induction_head(model, ids, period)
         before = _state(model)
         what = f"find_induction_head(model, ids, period={period})"
@@ -747,6 +845,15 @@ def _find_case(candidate, variant: str, period: int):
         message = f"{what} returned {got}, expected {expected} (0-based layer, head)"
         if len(accepted) > 1:
             message += f" or any of {accepted} (within {_TIE} of the best score)"
+        if stale is not None and got in stale:
+            # first: the renumbering is drawn so that this is never right, and an answer
+            # that does not follow it was not computed from this model
+            raise CaseFailed(
+                f"{message}: {got} is the answer for this model before its heads were "
+                "renumbered.\nLikely mistake: an answer fixed in advance or recorded on "
+                "another model (a table of answers): compute the scores from the model and "
+                "the ids you are given"
+            )
         flat = int(induction.argmax())
         one_based = (expected[0] + 1, expected[1])
         by_layers = divmod(flat, L)  # the flat argmax unflattened with the number of layers
@@ -863,24 +970,20 @@ def _find_case(candidate, variant: str, period: int):
     return run
 
 
-def _find_pair_case(candidate, variant: str, period: int):
+def _find_pair_case(candidate, variant: str, period: int, renumber: int):
     """`_find_case` on ``variant``, then on its twin with the heads of every layer renumbered
-    (`_ROLLED`): the best head moves, so no fixed (layer, head) passes both (issue #27:
-    a memorised answer earns no credit)."""
+    at random (`_renumbering`, drawn from the run seed with the input name ``renumber``):
+    the best head moves, so no fixed (layer, head) passes both (issue #27: a memorised
+    answer earns no credit), and a table of answers recorded on the check cell's models
+    fails in the grader, whose run seed draws another renumbering (issue #25)."""
     first, twin = (
         _find_case(candidate, variant, period),
-        _find_case(candidate, variant + _ROLLED, period),
+        _find_case(candidate, variant, period, renumber=renumber),
     )
 
     def run():
         first()
-        try:
-            twin()
-        except CaseFailed as failure:
-            raise CaseFailed(
-                "on the same model with the heads of every layer renumbered (new head k is "
-                f"old head k + 1, the same function): {failure}"
-            ) from None
+        twin()
 
     return run
 
@@ -890,56 +993,60 @@ def check_find_induction_head(candidate) -> list[Case]:
     """Check ``find_induction_head(model, ids, period) -> (layer, head)`` on chapter 17's
     trained attention-only model (shipped with the package), grown by an idle layer in two
     cases: the 0-based head with the highest induction score. Each case also asks again on
-    the same model with its heads renumbered, so no fixed answer passes a case."""
+    the same model with its heads renumbered at random (drawn from the run seed), so no
+    fixed answer passes a case, and answers recorded on the check cell's models fail in
+    the grader."""
     _trained()  # reads the file once per process (outside the cases' time limit)
     return [
         Case(
             "chapter 17's trained model, period 16",
-            _find_pair_case(candidate, "trained", _PERIOD),
+            _find_pair_case(candidate, "trained", _PERIOD, renumber=1701),
             covers=frozenset({"trained"}),
         ),
         Case(
             "the same model with its heads renumbered",
-            _find_pair_case(candidate, "permuted", _PERIOD),
+            _find_pair_case(candidate, "permuted", _PERIOD, renumber=1702),
             covers=frozenset({"permuted"}),
         ),
         Case(
             "another period (12)",
-            _find_pair_case(candidate, "trained", 12),
+            _find_pair_case(candidate, "trained", 12, renumber=1703),
             covers=frozenset({"period"}),
         ),
         Case(
             "the shortest period of training (10)",
-            _find_pair_case(candidate, "trained", 10),
+            _find_pair_case(candidate, "trained", 10, renumber=1704),
             covers=frozenset({"period"}),
         ),
         Case(
             "the longest period of training (20), heads renumbered",
-            _find_pair_case(candidate, "permuted", 20),
+            _find_pair_case(candidate, "permuted", 20, renumber=1705),
             covers=frozenset({"period", "permuted"}),
         ),
         Case(
             "the same model with a third layer that writes nothing, appended: the best head "
             "is not in the last layer",
-            _find_pair_case(candidate, "idle layer at the end", _PERIOD),
+            _find_pair_case(candidate, "idle layer at the end", _PERIOD, renumber=1706),
             covers=frozenset({"best head not in the last layer"}),
         ),
         Case(
             "the same model with a first layer that attends uniformly and writes nothing: "
             "the best head is in layer 2 of 3",
-            _find_pair_case(candidate, "idle layer at the start", _PERIOD),
+            _find_pair_case(candidate, "idle layer at the start", _PERIOD, renumber=1707),
             covers=frozenset({"best head not in layer 1"}),
         ),
         Case(
             "the same model with an idle middle layer of four copies of layer 1's "
             "second-best head: the layer with the best mean score does not hold the best head",
-            _find_pair_case(candidate, "best head outside the best-mean layer", _PERIOD),
+            _find_pair_case(
+                candidate, "best head outside the best-mean layer", _PERIOD, renumber=1708
+            ),
             covers=frozenset({"best head not in the best-mean layer"}),
         ),
         Case(
             "the same model with 8 heads per layer (twice as wide, every head duplicated: "
             "the same function)",
-            _find_pair_case(candidate, "8 heads", _PERIOD),
+            _find_pair_case(candidate, "8 heads", _PERIOD, renumber=1709),
             covers=frozenset({"H != 4"}),
         ),
     ]
@@ -1118,28 +1225,65 @@ def _non_real(dtype) -> bool:
     return dtype == torch.bool or dtype.is_complex
 
 
-def _ablation_case(candidate, variant: str, which: str):
+def _ablation_target(model, ids, which: str) -> tuple[int, int]:
+    if which == "induction":
+        return ref.find_induction_head(model, ids, _PERIOD)
+    if which == "previous":  # the previous-token head of layer 0
+        return 0, int(_scores(model, ids, _PERIOD, 1)[0].argmax())
+    layer, head = (int(v) for v in which.split(","))  # a fixed (layer, head), e.g. "1,3"
+    return layer, head
+
+
+def _close(value: float, target: float) -> bool:
+    return abs(value - target) <= 1e-3 + 1e-3 * abs(target)
+
+
+def _ablation_case(candidate, variant: str, which: str, renumber: int | None = None):
+    """The case on ``variant``; with ``renumber`` (the name of a drawn input), the same head
+    asked for again on that model with the heads of every layer renumbered by
+    `_renumbering`: the head keeps its effect and gets another number."""
+
     def run():
         model = _variant(variant)
         ids = _eval_ids(_PERIOD)
-        if which == "induction":
-            layer, head = ref.find_induction_head(model, ids, _PERIOD)
-        elif which == "previous":  # the previous-token head of layer 0
-            layer, head = 0, int(_scores(model, ids, _PERIOD, 1)[0].argmax())
-        else:  # a fixed (layer, head), e.g. "1,3"
-            layer, head = (int(v) for v in which.split(","))
+        layer, head = _ablation_target(model, ids, which)
+        # the models an answer keyed on (layer, head) could have been recorded on
+        others = [] if variant == "trained" else [(_trained(), "chapter 17's model as shipped")]
+        if renumber is None:
+            return judge(model, ids, layer, head, others)
+        renumbering = _renumbering(model.num_layers, model.num_heads, seed=renumber)
+        others.insert(0, (_variant(variant), "this model before its heads were renumbered"))
+        new = renumbering.orders[layer].index(head)
+        try:
+            return judge(_renumbered(model, renumbering), ids, layer, new, others)
+        except CaseFailed as failure:
+            raise CaseFailed(
+                f"{_describe_renumbering(renumbering)}, where old head {head} of layer {layer} is "
+                f"now head {new}: {failure}"
+            ) from None
+
+    def judge(model, ids, layer, head, others):
         expected = ref.ablation_effect(model, ids, _PERIOD, layer, head)
         before = _state(model)
         what = f"ablation_effect(model, ids, period={_PERIOD}, layer={layer}, head={head})"
         got = call_student(candidate, model, ids, _PERIOD, layer, head, what=what)
         _expect_unchanged(model, before, what)
         value = _as_real_number(got, what)
-        if abs(value - expected) <= 1e-3 + 1e-3 * abs(expected):
+        if _close(value, expected):
             return None
         message = f"{what} returned {value:.4f}, expected {expected:.4f} nats"
         model.load_state_dict(before)
+        for other, name in others:  # first: never right here (test_lookup17.py: margins)
+            if _close(value, ref.ablation_effect(other, ids, _PERIOD, layer, head)):
+                raise CaseFailed(
+                    f"{message}: your value is the effect of ablating head ({layer}, {head}) of "
+                    f"{name}, not of the model you are given.\nLikely mistake: a "
+                    "value fixed in advance or recorded on another model (a table keyed on "
+                    "(layer, head)): zero that head's columns of w_o in the model you are "
+                    "given and measure the loss"
+                )
         for why, wrong in _ablation_mistakes(model, ids, _PERIOD, layer, head):
-            if wrong is not None and abs(value - wrong) <= 1e-3 + 1e-3 * abs(wrong):
+            if wrong is not None and _close(value, wrong):
                 raise CaseFailed(f"{message}.\nLikely mistake: {why}")
         for digits in (0, 1, 2):
             if abs(value - round(expected, digits)) < 1e-9:
@@ -1155,41 +1299,60 @@ def _ablation_case(candidate, variant: str, which: str):
     return run
 
 
+def _ablation_pair_case(candidate, variant: str, which: str, renumber: int):
+    """`_ablation_case` on ``variant``, then on its twin with the heads of every layer
+    renumbered at random (`_renumbering`, drawn from the run seed with the input name
+    ``renumber``), asking for the same head under its new number: a value keyed on
+    (layer, head), of the shipped model or of the check cell's models, fails (issue #25)."""
+    first, twin = (
+        _ablation_case(candidate, variant, which),
+        _ablation_case(candidate, variant, which, renumber=renumber),
+    )
+
+    def run():
+        first()
+        twin()
+
+    return run
+
+
 @checker("ablation_effect")
 def check_ablation_effect(candidate) -> list[Case]:
     """Check ``ablation_effect(model, ids, period, layer, head) -> float``: the second-half
-    loss with that head's output zeroed minus the intact loss, the model left unchanged."""
+    loss with that head's output zeroed minus the intact loss, the model left unchanged.
+    Each case also asks again for the same head on the same model with its heads renumbered
+    at random (drawn from the run seed), so no value keyed on (layer, head) passes a case."""
     _trained()  # reads the file once per process (outside the cases' time limit)
     return [
         Case(
             "ablating the induction head of chapter 17's model",
-            _ablation_case(candidate, "trained", "induction"),
+            _ablation_pair_case(candidate, "trained", "induction", renumber=1721),
             covers=frozenset({"induction head"}),
         ),
         Case(
             "ablating the previous-token head",
-            _ablation_case(candidate, "trained", "previous"),
+            _ablation_pair_case(candidate, "trained", "previous", renumber=1722),
             covers=frozenset({"previous-token head"}),
         ),
         Case(
             "the model with its heads renumbered",
-            _ablation_case(candidate, "permuted", "induction"),
+            _ablation_pair_case(candidate, "permuted", "induction", renumber=1723),
             covers=frozenset({"permuted"}),
         ),
         Case(
             "ablating layer 1, head 3",
-            _ablation_case(candidate, "trained", "1,3"),
+            _ablation_pair_case(candidate, "trained", "1,3", renumber=1724),
             covers=frozenset({"other head"}),
         ),
         Case(
             "ablating layer 0, head 2",
-            _ablation_case(candidate, "trained", "0,2"),
+            _ablation_pair_case(candidate, "trained", "0,2", renumber=1725),
             covers=frozenset({"other head"}),
         ),
         Case(
             "a head that hurts (layer 1, head 0 with its output negated): removing it lowers "
             "the loss, so the change is negative",
-            _ablation_case(candidate, "harmful", "1,0"),
+            _ablation_pair_case(candidate, "harmful", "1,0", renumber=1726),
             covers=frozenset({"negative change"}),
         ),
     ]

@@ -16,6 +16,12 @@ def _causal_mistakes(size: int):
     ones = torch.ones(size, size, dtype=torch.bool)
     return [
         (
+            "the mask is all True: nothing is masked, so every token sees the whole "
+            "sequence, the future included; keep True only on and below the diagonal, "
+            "`torch.ones(size, size, dtype=torch.bool).tril()`",
+            lambda: ones.clone(),
+        ),
+        (
             "the diagonal is excluded (off by one): a token may attend to itself, so use "
             "`torch.tril(...)` with diagonal=0",
             lambda: ones.tril(-1),

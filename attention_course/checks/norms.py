@@ -69,13 +69,7 @@ def _layer_norm_mistakes(module, x: torch.Tensor):
                 ),
             )
         )
-    mistakes.append(
-        (
-            "you normalised over the batch axis (dim=0): that is BatchNorm; LayerNorm "
-            "normalises each sample over its last axes",
-            lambda: _layer_norm(x, (0,), w, b, eps),
-        )
-    )
+    mistakes += _wrong_axis_mistakes(x, n, w, b, eps)
     if w is not None:
         mistakes += [
             (
@@ -87,6 +81,39 @@ def _layer_norm_mistakes(module, x: torch.Tensor):
                 lambda: _layer_norm(x, dims, b, w, eps),
             ),
         ]
+    return mistakes
+
+
+def _wrong_axis_mistakes(x: torch.Tensor, n: int, w, b, eps):
+    """Normalising over one axis before the ``n`` normalised ones, each named for what it
+    is: dim 0 of a (B, T, D) input is the batch (what BatchNorm does), dim 1 = -2 the
+    tokens. On a 2-D (N, D) input dim 0 is also dim -2: the two mistakes give the same
+    output, and the message names both instead of calling a read of dim=-2 BatchNorm
+    (found by a simulated student: the grader's summary of a class said "that is
+    BatchNorm" for a LayerNorm over the token axis, from this case alone)."""
+    mistakes = []
+    for axis in range(x.dim() - n):
+        from_end = axis - x.dim()
+        if axis == 0 and x.dim() == 2:
+            why = (
+                "you normalised over dim 0 of this (N, D) input (dim=0, which is also dim=-2 "
+                "here): LayerNorm normalises each row over its last axis; on a (B, T, D) "
+                "input dim=0 would be the batch and dim=-2 the tokens, and another case tells "
+                "them apart"
+            )
+        elif axis == 0:
+            why = (
+                "you normalised over the batch axis (dim=0): that is BatchNorm; LayerNorm "
+                "normalises each sample over its last axes"
+            )
+        else:
+            why = (
+                f"you normalised over dim={axis} (= dim={from_end}, the tokens of a (B, T, D) "
+                "input), not over the features: LayerNorm takes the mean and variance over "
+                "the last len(normalized_shape) axes, `dims = tuple(range(-len("
+                "normalized_shape), 0))`"
+            )
+        mistakes.append((why, lambda axis=axis: _layer_norm(x, (axis,), w, b, eps)))
     return mistakes
 
 

@@ -23,6 +23,11 @@ def causal_mask_float(size, device=None):
     return torch.tril(torch.ones(size, size, device=device))
 
 
+def causal_mask_all_true(size, device=None):
+    """No masking at all: every position may see every other, the future included."""
+    return torch.ones(size, size, dtype=torch.bool, device=device)
+
+
 def padding_mask_inverted(lengths, max_len=None):
     """True at the padding (key_padding_mask's convention)."""
     max_len = int(lengths.max()) if max_len is None else max_len
@@ -99,6 +104,7 @@ CATALOGUE = [
     ("padding_mask", "ignores the device", padding_mask_ignores_device, "meta"),
     ("padding_mask", "len(lengths) columns", padding_mask_batch_columns, "batch size len(lengths)"),
     ("causal_mask", "additive float mask", causal_mask_additive, "additive float mask"),
+    ("causal_mask", "all True", causal_mask_all_true, "the mask is all True"),
 ]
 
 

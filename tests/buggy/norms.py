@@ -56,6 +56,20 @@ class LayerNormLastAxisOnly(_LayerNormBase):
         return (-1,)
 
 
+class LayerNormTokenAxis(_LayerNormBase):
+    """Normalises over dim=-2 (the tokens of a (B, T, D) input), not the features."""
+
+    def dims(self):
+        return (-2,)
+
+
+class LayerNormBatchAxis(_LayerNormBase):
+    """Normalises over dim=0, the batch: BatchNorm's statistics."""
+
+    def dims(self):
+        return (0,)
+
+
 class LayerNormGammaBeta(nn.Module):
     """Names its parameters gamma and beta: the reference weights do not load."""
 
@@ -284,6 +298,8 @@ CATALOGUE = [
     ("layer_norm", "unbiased variance", LayerNormUnbiased, "unbiased variance"),
     ("layer_norm", "eps outside sqrt", LayerNormEpsOutside, "eps is outside the square root"),
     ("layer_norm", "last axis only", LayerNormLastAxisOnly, "last axis only"),
+    ("layer_norm", "token axis", LayerNormTokenAxis, "the tokens of a (B, T, D) input"),
+    ("layer_norm", "batch axis", LayerNormBatchAxis, "that is BatchNorm"),
     ("layer_norm", "gamma/beta names", LayerNormGammaBeta, "missing: weight, bias"),
     ("layer_norm", "hard-coded eps", LayerNormHardcodedEps, "`eps` argument is ignored"),
     ("batch_norm", "unbiased normalisation", BatchNormUnbiased, "unbiased variance (N-1)"),

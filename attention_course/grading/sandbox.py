@@ -36,6 +36,9 @@ What crosses the boundary, so that the checkers see what they would see in-proce
 * in-place changes: the kernel reports each tensor argument whose value the call
   changed, and the grader writes it back into its own argument, so ``call_student``
   notices;
+* a watched argument (a :class:`~attention_course.checks._watch.WriteWatch`, which notes
+  indexed writes whose index repeats) is marked: the kernel wraps it in the same class and
+  sends back the writes it noted, which the grader adds to its own record;
 * the random state, grad mode and default dtype travel with each call (dropout cases
   seed the generator; ``torch.no_grad()`` blocks);
 * built-ins that a checker forbids while a case runs (it patches ``F.<name>`` in the
@@ -236,6 +239,7 @@ class _Server:
         self.hooks: dict[int, object] = {}
         self.events: list = []
         self.sent_modules: list = []  # the grader's modules passed to the current call
+        self.watch: type | None = None  # WriteWatch, once the grader has sent a watched tensor
 
     # -- encoding what goes back
     def ref(self, obj: object) -> tuple:
@@ -288,6 +292,8 @@ class _Server:
             return self.ref(value)
         if type(value) in (torch.Tensor, nn.Parameter):  # a subclass stays in the kernel
             return self.tensor(value, graph)
+        if self.watch is not None and type(value) is self.watch:  # one the grader sent
+            return self.tensor(value, graph)
         atom = _encode_atom(value)
         if atom is not None:
             return atom
@@ -325,6 +331,11 @@ class _Server:
             return value[1]
         if tag == "t":
             tensor = value[1]
+            if len(value) > 3 and value[3] == "watch":  # the grader's WriteWatch: the same here
+                from ..checks._watch import WriteWatch
+
+                self.watch = WriteWatch
+                tensor = tensor.as_subclass(WriteWatch)
             if value[2]:
                 tensor.requires_grad_(True)
                 inputs.append(tensor)
@@ -412,6 +423,9 @@ class _Server:
         dtype = torch.get_default_dtype()
         torch.set_default_dtype(getattr(torch, options["dtype"].removeprefix("torch.")))
         self.events = []
+        watched = self.watch is not None and any(type(t) is self.watch for t in tensors)
+        if watched:
+            self.watch.repeated = []
         try:
             with (
                 torch.set_grad_enabled(options["grad"]),
@@ -454,6 +468,7 @@ class _Server:
                 "rng": None if torch.equal(rng_after, rng_before) else rng_after,
                 "events": events,
                 "largest": None if largest is None else largest.largest.as_wire(),
+                "repeated": _repeated_indices(self.watch.repeated) if watched else [],
             },
         )
 
@@ -484,6 +499,11 @@ class _Server:
             handle = module.register_forward_hook(lambda m, a, o: record(m, a, o))
         self.hooks[hook_id] = handle
         return ("ok", ("v", hook_id))
+
+
+def _repeated_indices(noted: list) -> list:
+    """What a WriteWatch noted, as lists of ints (at most ``MAX_ITEMS`` writes)."""
+    return [[int(i) for i in write] for write in noted[:MAX_ITEMS]]
 
 
 def _flat_tensors(value) -> list:
@@ -870,9 +890,13 @@ class Client:
 
     def encode(self, value, tensors: list, modules: list | None = None):
         if isinstance(value, torch.Tensor):
+            from ..checks._watch import WriteWatch
+
             tensors.append(value)
             data = value.detach()
             data = torch.Tensor._make_subclass(torch.Tensor, data, False)
+            if isinstance(value, WriteWatch):  # the kernel wraps it and reports its writes
+                return ("t", data, bool(value.requires_grad), "watch")
             return ("t", data, bool(value.requires_grad))
         atom = _encode_atom(value)
         if atom is not None:
@@ -975,6 +999,7 @@ class Client:
                     with torch.no_grad():
                         target.copy_(new.to(target.dtype))
         _note_largest(meta.get("largest"))
+        _note_repeated(meta.get("repeated", []), tensors)
         differentiable = {int(i) for i in meta.get("differentiable", [])}
         wanted: list = []
         result = self.decode(reply[1], (differentiable, wanted))
@@ -1039,6 +1064,21 @@ def _note_largest(largest) -> None:
     from ..checks import _sizes
 
     _sizes.note(*largest)
+
+
+def _note_repeated(repeated, tensors: list) -> None:
+    """The indexed writes with a repeated index that the kernel's WriteWatch noted during
+    the call, checked as data and added to the grader's own record (as in-process)."""
+    from ..checks._watch import WriteWatch
+
+    if not (
+        isinstance(repeated, list)
+        and all(isinstance(w, list) and all(type(i) is int for i in w) for w in repeated)
+    ):
+        raise SandboxError("the kernel sent a malformed record of indexed writes")
+    if repeated and not any(isinstance(t, WriteWatch) for t in tensors):
+        raise SandboxError("the kernel reported writes to a tensor the grader did not watch")
+    WriteWatch.repeated.extend(repeated)
 
 
 def _recording_sizes() -> bool:

@@ -159,6 +159,18 @@ def probe(model, prompt):
         model(prompt.float(), torch.arange(prompt.shape[1]))
     except ValueError as error:
         seen["bad ids"] = "ValueError: " + str(error)
+    try:
+        model(torch.zeros(1, 2000, dtype=torch.long), torch.arange(2000))
+    except ValueError as error:
+        seen["large"] = "ValueError: " + str(error)
+    # past the stand-in, straight to the grader: only what the model offers is run there
+    server, key = object.__getattribute__(model, "_server"), object.__getattribute__(model, "_key")
+    for op, name in (("call", "load_state_dict"), ("getattr", "gpt"), ("call", "__reduce__")):
+        try:
+            server.callback(op, key, name, ({},))
+            seen["direct " + name] = "ran"
+        except AttributeError as error:
+            seen["direct " + name] = "AttributeError: " + str(error)
     cache = model.new_cache()
     logits = model(prompt, torch.arange(prompt.shape[1]), cache)
     seen["logits"] = logits
@@ -185,6 +197,12 @@ def test_the_model_stays_in_the_grader_and_offers_only_its_interface():
     assert seen["set"] == "AttributeError: the grader's StepDecoder is read-only here"
     assert seen["kernel object"].startswith("TypeError: the grader's model takes tensors")
     assert seen["bad ids"].startswith("ValueError: ids: got a torch.float32 tensor")
+    assert seen["large"].startswith("ValueError: a tensor of 2000 elements is more than")
+    assert seen["direct load_state_dict"] == (
+        "AttributeError: the grader's StepDecoder has no method 'load_state_dict'"
+    )
+    assert seen["direct gpt"] == "AttributeError: the grader's StepDecoder has no attribute 'gpt'"
+    assert seen["direct __reduce__"].endswith("has no method '__reduce__'")
     # the calls ran on the grader's model: its log has them, its cache is the grader's
     assert model.logged_calls() == [(1, 0, 3, 0, 2), (1, 3, 1, 3, 3)]
     assert torch.equal(seen["logits"], step_decoder()(prompt, torch.arange(3)).detach())

@@ -809,14 +809,18 @@ class Client:
                             raise TimeoutError
                         self.sock.settimeout(left)
                     reply = _recv(self.sock)
-                    if not (isinstance(reply, tuple) and reply and reply[0] == "callback"):
+                    if not _is_callback(reply):
                         return reply
                     _send(self.sock, self._callback(reply))  # a served object's method
             except TimeoutError:
                 self.interrupt()
                 self.sock.settimeout(INTERRUPT_GRACE)
                 try:
-                    _recv(self.sock)  # the interrupted call's reply
+                    # the interrupted call's reply; a callback sent as the interrupt came is
+                    # refused, so that the kernel unwinds and the exchange stays in step
+                    while _is_callback(_recv(self.sock)):
+                        refused = ("error", "KeyboardInterrupt", "", None, "Exception")
+                        _send(self.sock, refused)
                 except TimeoutError:
                     self.lost = KernelLost(
                         "hung", "the kernel did not come back after an interrupt"
@@ -1240,7 +1244,12 @@ class Client:
 
 
 MISSING = object()
-MAX_SERVED_ELEMENTS = 1 << 16  # elements of a tensor a served object's call takes
+MAX_SERVED_ELEMENTS = 1024  # elements of a tensor a served call takes (the checks: < 40)
+
+
+def _is_callback(message) -> bool:
+    """Whether a message from the kernel asks for a served object's call."""
+    return isinstance(message, tuple) and bool(message) and message[0] == "callback"
 
 
 def served_interface(value) -> tuple | None:

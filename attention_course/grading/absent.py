@@ -40,6 +40,16 @@ them; for those the build is no defence and the grader's identity check of the
 candidate (the reference itself is reported as such) and the static scan
 (`attention_course.grading.cheats.scan_notebook`) remain.
 
+What an exercise hands out can instead be *served* (:data:`SERVED`): exercise 13 gives
+``step_decoder()``, a GPT whose blocks are its task 2's ``CausalSelfAttention``. Kept real,
+it would put a working causal self-attention in the sandbox (a subclass of
+``type(step_decoder().gpt.blocks[0].attn))`` passed task 2). So the grader keeps that model
+in its own process and hands the kernel a stand-in whose few offered calls run there
+(`attention_course.grading.sandbox`, ``served_while_grading``); in the build,
+``step_decoder`` is a stub that says so, and the GPT, which nothing real needs any more,
+is a stub like every other reference. The exercise's given cell that demonstrates the
+model becomes a note.
+
 Builds are cached per (exercise, content hash of the package) in a temporary folder
 for one grading run (:class:`Builds`).
 """

@@ -45,6 +45,12 @@ What crosses the boundary, so that the checkers see what they would see in-proce
   grader) are forbidden in the kernel during the call, with the same message;
 * forward hooks a checker registers on a submodule record in the kernel and are
   replayed in the grader, on the recorded values, when the call returns;
+* a *served* object (its class declares ``served_while_grading``: exercise 13's model
+  and its cache) is never sent: the kernel gets a stand-in (:class:`_Served`) whose call,
+  and the methods and attributes the class offers, come back to the grader as callbacks
+  while it waits for the call, and run here on plain data (tensors by value, at most
+  ``MAX_SERVED_ELEMENTS`` elements each; never an object of the kernel's); their CPU time
+  counts towards the call's limit;
 * an exception comes back as one of the same name and message, with the student's
   line, so that ``describe_exception`` writes the same text.
 

@@ -178,6 +178,7 @@ def probe(model, prompt):
     seen["length"] = cache.length
     seen["positions"] = cache.positions
     seen["vocab"] = model.vocab_size
+    seen["device"] = str(next(model.parameters()).device)
     with torch.no_grad():
         seen["no grad"] = model(prompt[:, -1:], torch.tensor([cache.length]), cache).requires_grad
     return seen
@@ -193,7 +194,7 @@ def test_the_model_stays_in_the_grader_and_offers_only_its_interface():
     assert seen["type"] == "_Served" and seen["repr"] == "<StepDecoder, run by the grader>"
     for name in ("gpt", "_modules", "state_dict", "calls"):
         assert seen[name].startswith("AttributeError: "), (name, seen[name])
-    assert "it offers new_cache, eval, vocab_size, training" in seen["gpt"]
+    assert "it offers new_cache, eval, parameters, vocab_size, training" in seen["gpt"]
     assert seen["set"] == "AttributeError: the grader's StepDecoder is read-only here"
     assert seen["kernel object"].startswith("TypeError: the grader's model takes tensors")
     assert seen["bad ids"].startswith("ValueError: ids: got a torch.float32 tensor")
@@ -209,6 +210,7 @@ def test_the_model_stays_in_the_grader_and_offers_only_its_interface():
     assert seen["requires grad"] is True and seen["no grad"] is False
     assert seen["length"] == 3 and torch.equal(seen["positions"], torch.arange(3))
     assert seen["vocab"] == model.vocab_size
+    assert seen["device"] == "cpu"
 
 
 def test_generate_through_the_served_model_agrees_with_the_check_cell():

@@ -374,9 +374,9 @@ class _Server:
             return slice(*value[1])
         if tag == "size":
             return torch.Size(value[1])
-        if tag in ("tuple", "list"):
+        if tag in ("tuple", "list", "iter"):
             items = [self.decode(v, inputs) for v in value[1]]
-            return tuple(items) if tag == "tuple" else items
+            return tuple(items) if tag == "tuple" else iter(items) if tag == "iter" else items
         if tag == "dict":
             return {self.decode(k, inputs): self.decode(v, inputs) for k, v in value[1]}
         raise ValueError(f"unknown tag {tag!r}")
@@ -898,6 +898,9 @@ class Client:
         if type(value) in (tuple, list):
             tag = "tuple" if type(value) is tuple else "list"
             return (tag, [self._served_value(v, depth + 1) for v in value])
+        if inspect.isgenerator(value):  # model.parameters(): the tensors, by value
+            items = list(itertools.islice(value, MAX_ITEMS))
+            return ("iter", [self._served_value(v, depth + 1) for v in items])
         if served_interface(value) is not None:
             return self._serve_ref(value)
         raise TypeError(f"the grader's object cannot hand out a {type(value).__name__}")

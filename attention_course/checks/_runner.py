@@ -329,18 +329,6 @@ def class_problem(candidate, target: str, class_name: str) -> str | None:
             f"`{candidate.__name__}` does not subclass `nn.Module`: write "
             f"`class {class_name}(nn.Module):` and call `super().__init__()` first"
         )
-    # the package's own class of that name among its bases, however it was reached (an
-    # import, or `type(...)` of a model that holds one): what runs is the reference
-    import attention_course
-
-    reference = getattr(attention_course, class_name, None)
-    if isinstance(reference, type) and candidate is not reference:
-        if issubclass(candidate, reference):
-            return (
-                f"`{candidate.__name__}` subclasses the package's own "
-                f"`{reference.__module__}.{reference.__qualname__}`, so what runs is the "
-                f"reference, not your code: write `class {class_name}(nn.Module):` yourself"
-            )
     return None
 
 

@@ -179,6 +179,7 @@ def probe(model, prompt):
     seen["positions"] = cache.positions
     seen["vocab"] = model.vocab_size
     seen["device"] = str(next(model.parameters()).device)
+    seen["range"] = tuple(model(prompt, range(3)).shape)
     with torch.no_grad():
         seen["no grad"] = model(prompt[:, -1:], torch.tensor([cache.length]), cache).requires_grad
     return seen
@@ -205,12 +206,13 @@ def test_the_model_stays_in_the_grader_and_offers_only_its_interface():
     assert seen["direct gpt"] == "AttributeError: the grader's StepDecoder has no attribute 'gpt'"
     assert seen["direct __reduce__"].endswith("has no method '__reduce__'")
     # the calls ran on the grader's model: its log has them, its cache is the grader's
-    assert model.logged_calls() == [(1, 0, 3, 0, 2), (1, 3, 1, 3, 3)]
+    assert model.logged_calls() == [(1, 0, 3, 0, 2), (2, 0, 3, 0, 2), (1, 3, 1, 3, 3)]
     assert torch.equal(seen["logits"], step_decoder()(prompt, torch.arange(3)).detach())
     assert seen["requires grad"] is True and seen["no grad"] is False
     assert seen["length"] == 3 and torch.equal(seen["positions"], torch.arange(3))
     assert seen["vocab"] == model.vocab_size
     assert seen["device"] == "cpu"
+    assert seen["range"] == (1, 3, model.vocab_size)
 
 
 def test_generate_through_the_served_model_agrees_with_the_check_cell():

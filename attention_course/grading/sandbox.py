@@ -384,7 +384,10 @@ class _Server:
     def callback(self, op: str, key: int, name: str | None, args=(), kwargs=None):
         """Ask the grader to run a served object's call (``op`` "call", ``name`` a method or
         None) or attribute read ("getattr"), while the grader waits for the current call."""
-        payload = self.encode((tuple(args), dict(kwargs or {})))
+        # a range (positions as `range(T)`) goes as the list it is, as torch.as_tensor reads it
+        args = tuple(list(a) if type(a) is range else a for a in args)
+        kwargs = {k: list(v) if type(v) is range else v for k, v in (kwargs or {}).items()}
+        payload = self.encode((args, kwargs))
         with self.lock:
             _send(self.sock, ("callback", op, key, name, payload, torch.is_grad_enabled()))
             reply = _recv(self.sock)

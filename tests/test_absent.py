@@ -76,7 +76,8 @@ def test_what_each_exercise_hands_out_is_real_and_the_rest_is_not():
         for path in plan.gives:
             module, _, name = path.rpartition(".")
             found = graph.resolve(module, name)
-            assert found in plan.real, (exercise, path)
+            # what the grader serves (exercise 13's model) is a stub: it runs in the grader
+            assert (found in plan.real) != (path in absent.SERVED), (exercise, path)
         # the checkers and the quiz check are never real: the grader runs them itself
         assert ("attention_course.checks.masking", "check_causal_mask") not in plan.real
         assert ("attention_course.quiz", "check_quiz") not in plan.real
@@ -101,20 +102,23 @@ def test_what_each_exercise_hands_out_is_real_and_the_rest_is_not():
 
 def test_the_targets_that_stay_real_in_their_own_build():
     """Where a task's target is in the closure of what the exercise hands out, the build
-    cannot leave it out without breaking the given code: exercise 13 gives the model your
-    `generate` drives (`step_decoder`, a GPT, whose blocks are `CausalSelfAttention`, task
-    2), and exercise 14 gives `apply_rope` (task 1) as `package_rope` for its task 4. For
-    those the grader keeps its check that the candidate is not the reference itself, and
-    the static scan."""
+    cannot leave it out without breaking the given code: exercise 14 gives `apply_rope`
+    (task 1) as `package_rope` for its task 4. For it the grader keeps its check that the
+    candidate is not the reference itself, and the static scan. Exercise 13's model
+    (`step_decoder`, a GPT made of `CausalSelfAttention`, task 2) is no longer one: the
+    grader serves it (`absent.SERVED`), so neither the GPT nor its attention is real in
+    13's build."""
     found = {e: absent.real_targets(e) for e in EXERCISES}
     found = {e: targets for e, targets in found.items() if targets}
     print(found)
     assert found == {
-        "13_decoder_only": [("CausalSelfAttention", "attention_course.gpt.CausalSelfAttention")],
         "14_positions_that_generalise": [
             ("apply_rope", "attention_course.relative_positions.apply_rope")
         ],
     }
+    plan = absent.plan("13_decoder_only")
+    assert {"GPT", "GPTBlock", "CausalSelfAttention"} <= set(plan.stubs["attention_course.gpt"])
+    assert "step_decoder" in plan.stubs["attention_course.checks.generation"]
 
 
 STUBS = r"""

@@ -148,6 +148,9 @@ class StepCache:
     """What :class:`StepDecoder` keeps between calls: per layer the keys, values and their
     positions. ``length`` is the number of positions cached."""
 
+    # while grading, the kernel uses the grader's cache by reference (`grading.sandbox`)
+    served_while_grading = (False, (), ("length", "positions"))
+
     def __init__(self, serial: int, num_layers: int) -> None:
         self.serial = serial
         self.keys: list = [None] * num_layers
@@ -166,7 +169,18 @@ class StepDecoder(nn.Module):
     at the absolute ``positions``; their keys and values join ``cache`` (from
     :meth:`new_cache`), and each query sees the cached keys whose position is at or before
     its own. ``cache`` None means an empty cache used once.
+
+    While grading, the model stays in the grader: the student's kernel gets a stand-in that
+    offers only the call, these methods and these attributes, and runs them here, on plain
+    data (`attention_course.grading.sandbox`), so that no GPT, and no causal self-attention
+    (exercise 13's task 2), exists in the sandbox.
     """
+
+    served_while_grading = (
+        True,
+        ("new_cache", "eval", "parameters"),  # parameters: for `next(...).device`, by value
+        ("vocab_size", "training"),
+    )
 
     def __init__(self, gpt: GPT) -> None:
         super().__init__()

@@ -25,6 +25,7 @@ from attention_course import kv as ref
 from ._compare import expect_close, fmt_values
 from ._data import randn
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
+from ._watch import WriteWatch as _WriteWatch
 
 # ---------------------------------------------------------------- known mistakes
 
@@ -99,57 +100,6 @@ ROLL_HEADS_FLIPPED = (
     "the heads are in the wrong order: the buffer keeps `new`'s axes, (B, H, W, Dh); write "
     "`buffer[:, :, slot] = new[:, :, t]` with no flip or transpose"
 )
-
-
-class _WriteWatch(torch.Tensor):
-    """The buffer and slot_positions as the check passes them: ordinary tensors that note
-    each indexed write whose index repeats (undefined in PyTorch, so refused)."""
-
-    repeated: list = []
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if args and isinstance(args[0], _WriteWatch):
-            repeated = _repeated_write(func, args, kwargs)
-            if repeated is not None:
-                _WriteWatch.repeated.append(repeated)
-        with torch._C.DisableTorchFunctionSubclass():
-            return func(*args, **kwargs)
-
-
-def _repeated_write(func, args, kwargs) -> list | None:
-    """The repeated indices of an indexed write (``x[idx] = v``, ``index_put_``,
-    ``index_copy_``), or None."""
-    if func is torch.Tensor.__setitem__:
-        key = args[1] if isinstance(args[1], tuple) else (args[1],)
-    elif func in (torch.Tensor.index_put_, torch.index_put_):
-        accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
-        if accumulate:
-            return None
-        key = tuple(args[1])
-    elif func is torch.Tensor.index_copy_:
-        key = (args[2],)
-    else:
-        return None
-    indices = []
-    for k in key:
-        if isinstance(k, (list, tuple)) and k and all(isinstance(i, int) for i in k):
-            k = torch.tensor(k)
-        if isinstance(k, torch.Tensor) and k.dim() >= 1 and not k.dtype.is_floating_point:
-            if k.dtype != torch.bool:
-                with torch._C.DisableTorchFunctionSubclass():
-                    indices.append(k.detach().cpu().long())
-    if not indices:
-        return None
-    try:
-        flat = torch.stack([i.reshape(-1) for i in torch.broadcast_tensors(*indices)], dim=1)
-    except RuntimeError:
-        return None
-    rows, counts = flat.unique(dim=0, return_counts=True)
-    if bool((counts > 1).any()):
-        return rows[counts > 1].flatten().tolist()
-    return None
 
 
 def _simulate(W: int, calls: list, variant: str | None = None) -> list[tuple]:

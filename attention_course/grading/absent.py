@@ -40,6 +40,16 @@ them; for those the build is no defence and the grader's identity check of the
 candidate (the reference itself is reported as such) and the static scan
 (`attention_course.grading.cheats.scan_notebook`) remain.
 
+What an exercise hands out can instead be *served* (:data:`SERVED`): exercise 13 gives
+``step_decoder()``, a GPT whose blocks are its task 2's ``CausalSelfAttention``. Kept real,
+it would put a working causal self-attention in the sandbox (a subclass of
+``type(step_decoder().gpt.blocks[0].attn))`` passed task 2). So the grader keeps that model
+in its own process and hands the kernel a stand-in whose few offered calls run there
+(`attention_course.grading.sandbox`, ``served_while_grading``); in the build,
+``step_decoder`` is a stub that says so, and the GPT, which nothing real needs any more,
+is a stub like every other reference. The exercise's given cell that demonstrates the
+model becomes a note.
+
 Builds are cached per (exercise, content hash of the package) in a temporary folder
 for one grading run (:class:`Builds`).
 """
@@ -63,6 +73,17 @@ KERNEL_ROOTS = (
     (f"{PACKAGE}.grading._kernel", "main"),
     (f"{PACKAGE}.grading.isolation", "set_limits"),
 )
+# What an exercise hands out that the grader serves instead: the object it makes stays in
+# the grader, and the kernel gets a stand-in whose calls run there on plain data
+# (`attention_course.grading.sandbox`, ``served_while_grading``). In the build it is a stub
+# that says so. Exercise 13's model (a GPT made of causal self-attention, its task 2): had
+# it been real in the sandbox, a subclass of its attention class would pass task 2.
+SERVED = {
+    f"{PACKAGE}.checks.generation.step_decoder": (
+        "the grader makes this model and runs it on its own side; your function gets it "
+        "as its argument"
+    ),
+}
 _RUNTIME = r'''"""Stubs of the references that are absent while grading (written by the grader)."""
 
 
@@ -107,6 +128,18 @@ class _Absent(type):
 
     def __mro_entries__(cls, bases):  # pragma: no cover - only for non-class bases
         raise NotAvailableWhileGrading(type.__getattribute__(cls, "_absent_message"))
+
+
+def served(module, qualname, name, why):
+    # handed out, but the grader makes and runs what it makes: the kernel gets a stand-in
+    message = f"{name} is not available while grading: {why}"
+    source = f"def {qualname}(*args, **kwargs):\n    raise NotAvailableWhileGrading({message!r})\n"
+    made = {}
+    exec(compile(source, __file__, "exec"), globals(), made)
+    absent = made[qualname]
+    absent.__module__ = module
+    absent.__doc__ = message
+    return absent
 
 
 def cls(module, qualname, name, gives):
@@ -491,6 +524,8 @@ def plan(exercise: str, root: Path | None = None, given: dict | None = None) -> 
     gives = handed_out(exercise, given)
     roots: set[tuple] = set(KERNEL_ROOTS) | graph.import_time()
     for path in gives:
+        if path in SERVED:  # the grader makes and runs it: a stub in the build
+            continue
         module, _, name = path.rpartition(".")
         found = graph.resolve(module, name)
         if found is not None and found[0] != "module":
@@ -546,6 +581,9 @@ def _stub_source(module: _Module, names: list[str], the_plan: Plan) -> str:
         kind = "cls" if isinstance(node, ast.ClassDef) else "function"
         shown = the_plan.public.get((module.name, name), f"{module.name}.{name}")
         text = f"{name} = _absent_.{kind}({module.name!r}, {name!r}, {shown!r}, {gives!r})\n"
+        why = SERVED.get(f"{module.name}.{name}")
+        if why is not None:
+            text = f"{name} = _absent_.served({module.name!r}, {name!r}, {shown!r}, {why!r})\n"
         spans.append((first, node.end_lineno or node.lineno, text))
     for first, last, text in sorted(spans, reverse=True):
         lines[first - 1 : last] = [text]

@@ -36,12 +36,21 @@ What crosses the boundary, so that the checkers see what they would see in-proce
 * in-place changes: the kernel reports each tensor argument whose value the call
   changed, and the grader writes it back into its own argument, so ``call_student``
   notices;
+* a watched argument (a :class:`~attention_course.checks._watch.WriteWatch`, which notes
+  indexed writes whose index repeats) is marked: the kernel wraps it in the same class and
+  sends back the writes it noted, which the grader adds to its own record;
 * the random state, grad mode and default dtype travel with each call (dropout cases
   seed the generator; ``torch.no_grad()`` blocks);
 * built-ins that a checker forbids while a case runs (it patches ``F.<name>`` in the
   grader) are forbidden in the kernel during the call, with the same message;
 * forward hooks a checker registers on a submodule record in the kernel and are
   replayed in the grader, on the recorded values, when the call returns;
+* a *served* object (its class declares ``served_while_grading``: exercise 13's model
+  and its cache) is never sent: the kernel gets a stand-in (:class:`_Served`) whose call,
+  and the methods and attributes the class offers, come back to the grader as callbacks
+  while it waits for the call, and run here on plain data (tensors by value, at most
+  ``MAX_SERVED_ELEMENTS`` elements each; never an object of the kernel's); their CPU time
+  counts towards the call's limit;
 * an exception comes back as one of the same name and message, with the student's
   line, so that ``describe_exception`` writes the same text.
 
@@ -236,6 +245,9 @@ class _Server:
         self.hooks: dict[int, object] = {}
         self.events: list = []
         self.sent_modules: list = []  # the grader's modules passed to the current call
+        self.watch: type | None = None  # WriteWatch, once the grader has sent a watched tensor
+        self.served: dict[int, _Served] = {}  # stand-ins of the grader's served objects
+        self.lock = threading.Lock()  # one callback at a time on the socket
 
     # -- encoding what goes back
     def ref(self, obj: object) -> tuple:
@@ -288,6 +300,10 @@ class _Server:
             return self.ref(value)
         if type(value) in (torch.Tensor, nn.Parameter):  # a subclass stays in the kernel
             return self.tensor(value, graph)
+        if self.watch is not None and type(value) is self.watch:  # one the grader sent
+            return self.tensor(value, graph)
+        if type(value) is _Served:
+            return ("served", object.__getattribute__(value, "_key"))
         atom = _encode_atom(value)
         if atom is not None:
             return atom
@@ -325,6 +341,11 @@ class _Server:
             return value[1]
         if tag == "t":
             tensor = value[1]
+            if len(value) > 3 and value[3] == "watch":  # the grader's WriteWatch: the same here
+                from ..checks._watch import WriteWatch
+
+                self.watch = WriteWatch
+                tensor = tensor.as_subclass(WriteWatch)
             if value[2]:
                 tensor.requires_grad_(True)
                 inputs.append(tensor)
@@ -333,6 +354,11 @@ class _Server:
             return tensor
         if tag == "ref":
             return self.objects[value[1]]
+        if tag == "served":  # the grader's object, used by reference (it runs there)
+            key = int(value[1])
+            if key not in self.served:
+                self.served[key] = _Served(self, key, value[2])
+            return self.served[key]
         if tag in ("module", "obj"):  # the grader's own object, pickled by the grader
             import pickle
 
@@ -348,12 +374,32 @@ class _Server:
             return slice(*value[1])
         if tag == "size":
             return torch.Size(value[1])
-        if tag in ("tuple", "list"):
+        if tag in ("tuple", "list", "iter"):
             items = [self.decode(v, inputs) for v in value[1]]
-            return tuple(items) if tag == "tuple" else items
+            return tuple(items) if tag == "tuple" else iter(items) if tag == "iter" else items
         if tag == "dict":
             return {self.decode(k, inputs): self.decode(v, inputs) for k, v in value[1]}
         raise ValueError(f"unknown tag {tag!r}")
+
+    def callback(self, op: str, key: int, name: str | None, args=(), kwargs=None):
+        """Ask the grader to run a served object's call (``op`` "call", ``name`` a method or
+        None) or attribute read ("getattr"), while the grader waits for the current call."""
+        # a range (positions as `range(T)`) goes as the list it is, as torch.as_tensor reads it
+        args = tuple(list(a) if type(a) is range else a for a in args)
+        kwargs = {k: list(v) if type(v) is range else v for k, v in (kwargs or {}).items()}
+        payload = self.encode((args, kwargs))
+        with self.lock:
+            _send(self.sock, ("callback", op, key, name, payload, torch.is_grad_enabled()))
+            reply = _recv(self.sock)
+        if reply[0] == "error":
+            _, name, text, _, kind = reply
+            import builtins
+
+            base = getattr(builtins, str(kind), Exception)
+            if not (isinstance(base, type) and issubclass(base, Exception)):
+                base = Exception
+            raise type(str(name), (base,), {})(text)
+        return self.decode(reply[1], [])
 
     def error(self, error: BaseException) -> tuple:
         # the nearest built-in exception class, so that the grader's `except ValueError`
@@ -412,6 +458,9 @@ class _Server:
         dtype = torch.get_default_dtype()
         torch.set_default_dtype(getattr(torch, options["dtype"].removeprefix("torch.")))
         self.events = []
+        watched = self.watch is not None and any(type(t) is self.watch for t in tensors)
+        if watched:
+            self.watch.repeated = []
         try:
             with (
                 torch.set_grad_enabled(options["grad"]),
@@ -454,6 +503,7 @@ class _Server:
                 "rng": None if torch.equal(rng_after, rng_before) else rng_after,
                 "events": events,
                 "largest": None if largest is None else largest.largest.as_wire(),
+                "repeated": _repeated_indices(self.watch.repeated) if watched else [],
             },
         )
 
@@ -484,6 +534,57 @@ class _Server:
             handle = module.register_forward_hook(lambda m, a, o: record(m, a, o))
         self.hooks[hook_id] = handle
         return ("ok", ("v", hook_id))
+
+
+class _Served:
+    """In the kernel, a grader object used by reference (exercise 13's model): its calls,
+    the methods and attributes it offers, run in the grader, on plain data. Nothing of the
+    object is here: no weights, no code."""
+
+    def __init__(self, server: _Server, key: int, info: dict) -> None:
+        object.__setattr__(self, "_server", server)
+        object.__setattr__(self, "_key", key)
+        object.__setattr__(self, "_info", info)
+
+    def __call__(self, *args, **kwargs):
+        server, key = (
+            object.__getattribute__(self, "_server"),
+            object.__getattribute__(self, "_key"),
+        )
+        return server.callback("call", key, None, args, kwargs)
+
+    def __getattr__(self, name: str):
+        server = object.__getattribute__(self, "_server")
+        key, info = object.__getattribute__(self, "_key"), object.__getattribute__(self, "_info")
+        if name in info.get("methods", ()):
+
+            def method(*args, **kwargs):
+                return server.callback("call", key, name, args, kwargs)
+
+            method.__name__ = name
+            return method
+        if name in info.get("attributes", ()):
+            return server.callback("getattr", key, name)
+        raise AttributeError(
+            f"{info.get('name', 'object')!r} object has no attribute {name!r} while grading "
+            "(the grader runs it; it offers "
+            + ", ".join([*info.get("methods", ()), *info.get("attributes", ())])
+            + ")"
+        )
+
+    def __setattr__(self, name: str, value) -> None:
+        info = object.__getattribute__(self, "_info")
+        raise AttributeError(f"the grader's {info.get('name', 'object')} is read-only here")
+
+    def __repr__(self) -> str:
+        return (
+            f"<{object.__getattribute__(self, '_info').get('name', 'object')}, run by the grader>"
+        )
+
+
+def _repeated_indices(noted: list) -> list:
+    """What a WriteWatch noted, as lists of ints (at most ``MAX_ITEMS`` writes)."""
+    return [[int(i) for i in write] for write in noted[:MAX_ITEMS]]
 
 
 def _flat_tensors(value) -> list:
@@ -668,6 +769,8 @@ class Client:
         self.classes: dict[tuple, type] = {}
         self.hooks: dict[int, tuple] = {}
         self.kernel_rng: torch.Tensor | None = None  # the kernel's random state, when known
+        self.served: dict[int, object] = {}  # the grader's objects the kernel uses by reference
+        self.served_ids: dict[int, int] = {}
         self.pool = concurrent.futures.ThreadPoolExecutor(1, "attention-course-sandbox")
 
     # -- the exchange, in one worker thread so that a case thread stopped by run_cases's
@@ -702,17 +805,31 @@ class Client:
         try:
             _send(self.sock, message)
             self.sock.settimeout(limit)
+            start = (self.cpu() if self.cpu else None, time.monotonic(), time.thread_time())
             try:
-                if self.cpu is not None and not self._within_cpu(limit):
-                    raise TimeoutError
-                if self.cpu is not None:
-                    self.sock.settimeout(max(limit, INTERRUPT_GRACE))  # the reply is coming
-                return _recv(self.sock)
+                while True:
+                    if self.cpu is not None and not self._within_cpu(limit, start):
+                        raise TimeoutError
+                    if self.cpu is not None:
+                        self.sock.settimeout(max(limit, INTERRUPT_GRACE))  # the reply is coming
+                    else:
+                        left = limit - (time.monotonic() - start[1])
+                        if left <= 0:
+                            raise TimeoutError
+                        self.sock.settimeout(left)
+                    reply = _recv(self.sock)
+                    if not _is_callback(reply):
+                        return reply
+                    _send(self.sock, self._callback(reply))  # a served object's method
             except TimeoutError:
                 self.interrupt()
                 self.sock.settimeout(INTERRUPT_GRACE)
                 try:
-                    _recv(self.sock)  # the interrupted call's reply
+                    # the interrupted call's reply; a callback sent as the interrupt came is
+                    # refused, so that the kernel unwinds and the exchange stays in step
+                    while _is_callback(_recv(self.sock)):
+                        refused = ("error", "KeyboardInterrupt", "", None, "Exception")
+                        _send(self.sock, refused)
                 except TimeoutError:
                     self.lost = KernelLost(
                         "hung", "the kernel did not come back after an interrupt"
@@ -731,23 +848,133 @@ class Client:
                 return self.lost
             return ("error", "SandboxError", f"an unreadable reply ({error})", None, "Exception")
 
-    def _within_cpu(self, limit: float) -> bool:
-        """Wait until the kernel's reply can be read: True, or False when the kernel
-        spent more than ``limit`` CPU seconds on it (or, a guard for a machine so loaded
-        that the kernel gets no CPU at all, ``WALL_FACTOR`` times that in wall time). CPU
-        time does not depend on how loaded the machine is; wall time does."""
+    def _within_cpu(self, limit: float, start: tuple) -> bool:
+        """Wait until the kernel's reply can be read: True, or False when the call spent
+        more than ``limit`` CPU seconds since ``start`` (the kernel's CPU time, the wall
+        time and this thread's CPU time when the call began): the kernel's and the grader's
+        on the served objects the call used (or, a guard for a machine so loaded that the
+        kernel gets no CPU at all, ``WALL_FACTOR`` times that in wall time). CPU time does
+        not depend on how loaded the machine is; wall time does."""
         import select
 
-        start, begun = self.cpu(), time.monotonic()
+        kernel, begun, served = start
         while True:
             readable, _, _ = select.select([self.sock], [], [], 0.1)
             if readable:
                 return True
             now = self.cpu()
-            if start is not None and now is not None and now - start > limit:
+            spent = time.thread_time() - served  # the served objects' work, in this thread
+            if kernel is not None and now is not None and now - kernel + spent > limit:
                 return False
             if time.monotonic() - begun > max(limit * WALL_FACTOR, 60.0):
                 return False
+
+    # -- the grader's objects that the kernel uses by reference (served)
+    def _serve_ref(self, value) -> tuple:
+        """The wire form of a grader object with an interface (`served_interface`): it
+        stays here; the kernel gets a stand-in whose calls come back as callbacks."""
+        key = self.served_ids.get(id(value))
+        if key is None or self.served.get(key) is not value:
+            key = len(self.served) + 1
+            self.served[key] = value
+            self.served_ids[id(value)] = key
+        call, methods, attributes = served_interface(value)
+        info = {
+            "name": type(value).__name__,
+            "call": call,
+            "methods": list(methods),
+            "attributes": list(attributes),
+        }
+        return ("served", key, info)
+
+    def _served_value(self, value, depth: int = 0):
+        """A served call's result for the kernel: plain values and tensors by value, served
+        objects by reference; nothing else of the grader's crosses."""
+        if depth > MAX_DEPTH:
+            raise TypeError("a value nested too deeply")
+        if isinstance(value, torch.Tensor):
+            data = torch.Tensor._make_subclass(torch.Tensor, value.detach(), False)
+            return ("t", data.clone(), bool(value.requires_grad))
+        atom = _encode_atom(value)
+        if atom is not None:
+            return atom
+        if type(value) in (tuple, list):
+            tag = "tuple" if type(value) is tuple else "list"
+            return (tag, [self._served_value(v, depth + 1) for v in value])
+        if inspect.isgenerator(value):  # model.parameters(): the tensors, by value
+            items = list(itertools.islice(value, MAX_ITEMS))
+            return ("iter", [self._served_value(v, depth + 1) for v in items])
+        if served_interface(value) is not None:
+            return self._serve_ref(value)
+        raise TypeError(f"the grader's object cannot hand out a {type(value).__name__}")
+
+    def _served_argument(self, value, depth: int = 0):
+        """An argument the kernel passed to a served call: plain data, tensors and served
+        objects only (never one of the kernel's objects: nothing of the student's runs
+        here)."""
+        if not isinstance(value, tuple) or not value or depth > MAX_DEPTH:
+            raise SandboxError("the kernel sent a malformed argument")
+        tag = value[0]
+        if tag == "served" and len(value) == 2 and type(value[1]) is int:
+            if value[1] not in self.served:
+                raise SandboxError("the kernel named an object the grader never served")
+            return self.served[value[1]]
+        if tag in ("tuple", "list") and len(value) == 2 and type(value[1]) is list:
+            items = [self._served_argument(v, depth + 1) for v in value[1]]
+            return tuple(items) if tag == "tuple" else items
+        if tag == "dict" and len(value) == 2 and type(value[1]) is list:
+            return {
+                self._served_argument(k, depth + 1): self._served_argument(v, depth + 1)
+                for k, v in value[1]
+            }
+        if tag == "ref":
+            kind = value[2].get("type", "object") if isinstance(value[2], dict) else "object"
+            raise TypeError(
+                "the grader's model takes tensors, numbers and what it hands out (its "
+                f"cache), not a {kind}"
+            )
+        decoded = self.decode(value)
+        if isinstance(decoded, torch.Tensor):
+            decoded = decoded.detach()
+            if decoded.numel() > MAX_SERVED_ELEMENTS:
+                raise ValueError(
+                    f"a tensor of {decoded.numel()} elements is more than the grader's model "
+                    f"takes while grading ({MAX_SERVED_ELEMENTS})"
+                )
+        return decoded
+
+    def _callback(self, message: tuple) -> tuple:
+        """Run a served object's call or attribute read that the kernel asked for."""
+        try:
+            if len(message) != 6 or message[1] not in ("call", "getattr"):
+                raise SandboxError("the kernel sent a malformed callback")
+            _, op, key, name, payload, grad = message
+            target = self.served.get(key) if type(key) is int else None
+            if target is None:
+                raise SandboxError("the kernel named an object the grader never served")
+            call, methods, attributes = served_interface(target)
+            shown = type(target).__name__
+            if op == "getattr":
+                if name not in attributes:
+                    raise AttributeError(f"the grader's {shown} has no attribute {name!r}")
+                return ("ok", self._served_value(getattr(target, name)))
+            if name is None and not call:
+                raise TypeError(f"the grader's {shown} is not callable")
+            if name is not None and name not in methods:
+                raise AttributeError(f"the grader's {shown} has no method {name!r}")
+            args, kwargs = self._served_argument(payload)
+            if not isinstance(args, tuple) or not isinstance(kwargs, dict):
+                raise SandboxError("the kernel sent a malformed callback")
+            method = target if name is None else getattr(target, name)
+            with torch.set_grad_enabled(bool(grad)):
+                result = method(*args, **kwargs)
+            return ("ok", self._served_value(result))
+        except Exception as error:  # noqa: BLE001 - it goes back to the student's code
+            kind = next(
+                (c.__name__ for c in type(error).__mro__ if c.__module__ == "builtins"),
+                "Exception",
+            )
+            return ("error", type(error).__name__, str(error), None, kind)
 
     def close(self) -> None:
         if self.lost is None:
@@ -801,6 +1028,9 @@ class Client:
             return out
         elif tag == "ref" and len(value) == 3 and isinstance(value[2], dict):
             return self.proxy(int(value[1]), value[2])
+        elif tag == "served" and len(value) == 2 and type(value[1]) is int:
+            if value[1] in self.served:  # one of the grader's own, handed back
+                return self.served[value[1]]
         raise SandboxError(f"the kernel sent a malformed value (tag {str(tag)[:20]!r})")
 
     def _tensor(self, value: tuple, graph: tuple | None):
@@ -870,9 +1100,13 @@ class Client:
 
     def encode(self, value, tensors: list, modules: list | None = None):
         if isinstance(value, torch.Tensor):
+            from ..checks._watch import WriteWatch
+
             tensors.append(value)
             data = value.detach()
             data = torch.Tensor._make_subclass(torch.Tensor, data, False)
+            if isinstance(value, WriteWatch):  # the kernel wraps it and reports its writes
+                return ("t", data, bool(value.requires_grad), "watch")
             return ("t", data, bool(value.requires_grad))
         atom = _encode_atom(value)
         if atom is not None:
@@ -899,6 +1133,8 @@ class Client:
             )
         if isinstance(value, (bool, int, float, str)):
             return ("v", value)
+        if served_interface(value) is not None:  # it stays here; the kernel calls back
+            return self._serve_ref(value)
         # Anything else of the grader's (a reference model to inspect, say) goes pickled:
         # the kernel may unpickle what the grader sends, never the other way round.
         import pickle
@@ -975,6 +1211,7 @@ class Client:
                     with torch.no_grad():
                         target.copy_(new.to(target.dtype))
         _note_largest(meta.get("largest"))
+        _note_repeated(meta.get("repeated", []), tensors)
         differentiable = {int(i) for i in meta.get("differentiable", [])}
         wanted: list = []
         result = self.decode(reply[1], (differentiable, wanted))
@@ -1019,6 +1256,23 @@ class Client:
 
 
 MISSING = object()
+MAX_SERVED_ELEMENTS = 1024  # elements of a tensor a served call takes (the checks: < 40)
+
+
+def _is_callback(message) -> bool:
+    """Whether a message from the kernel asks for a served object's call."""
+    return isinstance(message, tuple) and bool(message) and message[0] == "callback"
+
+
+def served_interface(value) -> tuple | None:
+    """``(callable, methods, attributes)`` that a grader object offers the kernel by
+    reference (its class's ``served_while_grading``), or None: such an object is never
+    sent; the kernel gets a stand-in whose calls and reads run here, on plain data."""
+    found = getattr(type(value), "served_while_grading", None)
+    if not (isinstance(found, tuple) and len(found) == 3) or isinstance(value, type):
+        return None
+    call, methods, attributes = found
+    return bool(call), tuple(methods), tuple(attributes)
 
 
 def _note_largest(largest) -> None:
@@ -1039,6 +1293,21 @@ def _note_largest(largest) -> None:
     from ..checks import _sizes
 
     _sizes.note(*largest)
+
+
+def _note_repeated(repeated, tensors: list) -> None:
+    """The indexed writes with a repeated index that the kernel's WriteWatch noted during
+    the call, checked as data and added to the grader's own record (as in-process)."""
+    from ..checks._watch import WriteWatch
+
+    if not (
+        isinstance(repeated, list)
+        and all(isinstance(w, list) and all(type(i) is int for i in w) for w in repeated)
+    ):
+        raise SandboxError("the kernel sent a malformed record of indexed writes")
+    if repeated and not any(isinstance(t, WriteWatch) for t in tensors):
+        raise SandboxError("the kernel reported writes to a tensor the grader did not watch")
+    WriteWatch.repeated.extend(repeated)
 
 
 def _recording_sizes() -> bool:

@@ -501,11 +501,16 @@ def _local_names(node: ast.AST) -> set[str]:
     return names
 
 
-def _function_locals(func: ast.AST) -> set[str]:
+def _function_locals(func: ast.AST, *, imports: bool = False) -> set[str]:
     """The names local to a function or lambda: its parameters and what its own body binds
-    (assignments, loop and ``with`` targets, inner ``def``/``class``, ``except ... as``),
-    less what it declares ``global`` or ``nonlocal``. Comprehensions have scopes of their
-    own and are left out."""
+    (assignments, loop and ``with`` targets, inner ``def``/``class``, ``except ... as``;
+    with ``imports``, the names its own imports bind), less what it declares ``global``
+    or ``nonlocal``. Comprehensions have scopes of their own and are left out.
+
+    The scan leaves imports out (an ``import attention_course as ac`` inside a solution
+    is resolved as an alias, so that ``ac.x`` is still seen); the grader's absent build
+    (`attention_course.grading.absent`) counts them (a local import is not a use of a
+    module-level name)."""
     args = func.args  # type: ignore[attr-defined]
     every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
     names = {a.arg for a in every if a is not None}
@@ -528,6 +533,8 @@ def _function_locals(func: ast.AST) -> set[str]:
             names.add(node.id)
         elif isinstance(node, ast.ExceptHandler) and node.name:
             names.add(node.name)
+        elif imports and isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
         todo += ast.iter_child_nodes(node)
     return names - declared
 

@@ -96,10 +96,9 @@ def _message(name, gives):
     return text + (f" (the exercise gives: {gives})" if gives else "")
 
 
-def function(module, qualname, name, gives):
+def _refusing(module, qualname, message):
     # The message is a constant of the stub's own code, and the error class a global of
     # this module: a copy of the function (its code with other globals) still refuses.
-    message = _message(name, gives)
     source = f"def {qualname}(*args, **kwargs):\n    raise NotAvailableWhileGrading({message!r})\n"
     made = {}
     exec(compile(source, __file__, "exec"), globals(), made)
@@ -107,6 +106,10 @@ def function(module, qualname, name, gives):
     absent.__module__ = module
     absent.__doc__ = message
     return absent
+
+
+def function(module, qualname, name, gives):
+    return _refusing(module, qualname, _message(name, gives))
 
 
 class _Absent(type):
@@ -132,14 +135,7 @@ class _Absent(type):
 
 def served(module, qualname, name, why):
     # handed out, but the grader makes and runs what it makes: the kernel gets a stand-in
-    message = f"{name} is not available while grading: {why}"
-    source = f"def {qualname}(*args, **kwargs):\n    raise NotAvailableWhileGrading({message!r})\n"
-    made = {}
-    exec(compile(source, __file__, "exec"), globals(), made)
-    absent = made[qualname]
-    absent.__module__ = module
-    absent.__doc__ = message
-    return absent
+    return _refusing(module, qualname, f"{name} is not available while grading: {why}")
 
 
 def cls(module, qualname, name, gives):
@@ -265,38 +261,12 @@ def _imports(node: ast.AST, module: _Module, modules: dict[str, _Module]) -> dic
 # ---------------------------------------------------------------- what a symbol uses
 
 
-def _scope_locals(func: ast.AST) -> set[str]:
-    """Names bound in a function's own scope (parameters, assignments, inner defs, imports
-    resolved separately), less ``global``/``nonlocal`` ones."""
-    args = func.args  # type: ignore[attr-defined]
-    every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
-    names = {a.arg for a in every if a is not None}
-    declared: set[str] = set()
-    body = func.body if isinstance(func.body, list) else [func.body]  # type: ignore[attr-defined]
-    todo = list(body)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-            continue
-        if isinstance(node, ast.Lambda):
-            continue
-        if isinstance(node, (ast.Global, ast.Nonlocal)):
-            declared.update(node.names)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-        todo += ast.iter_child_nodes(node)
-    return names - declared
-
-
 def _global_loads(root: ast.AST) -> list[ast.AST]:
     """The ``Name`` loads of ``root`` that read a module-level name (not a local of an
     enclosing function), and the ``Attribute`` nodes on top of them; annotations are
     left out (never needed to run)."""
+    from ..checks._scan import _function_locals  # the scan's scopes, with local imports
+
     out: list[ast.AST] = []
     todo: list[tuple[ast.AST, tuple[frozenset, ...]]] = [(root, ())]
     while todo:
@@ -305,7 +275,7 @@ def _global_loads(root: ast.AST) -> list[ast.AST]:
             outer = [*getattr(node, "decorator_list", []), *node.args.defaults]
             outer += [d for d in node.args.kw_defaults if d is not None]
             todo += [(child, scopes) for child in outer]
-            inner = (*scopes, frozenset(_scope_locals(node)))
+            inner = (*scopes, frozenset(_function_locals(node, imports=True)))
             body = node.body if isinstance(node.body, list) else [node.body]
             todo += [(child, inner) for child in body]
             continue

@@ -563,6 +563,8 @@ def check_scaled_dot_product_attention(candidate) -> list[Case]:
             _sdpa_case(candidate, randn(4, 3, seed=39), randn(6, 3, seed=40), randn(6, 2, seed=45)),
         ),
         Case("T = 1", _sdpa_case(candidate, q3[:, :1], k3, v3), weight=TRIVIAL),
+        # a batch of one keeps its batch axis (a `.squeeze()` would drop it)
+        Case("batch size B = 1", _sdpa_case(candidate, q3[:1], k3[:1], v3[:1])),
         Case(
             "explicit scale=0.3",
             _sdpa_case(candidate, q3, k3, v3, scale=0.3),

@@ -38,6 +38,14 @@ def _layer_norm(x, dims, weight, bias, eps, *, unbiased=False, eps_outside=False
     return y
 
 
+def _rows_variance_layer_norm(x, dims, weight, bias, eps):
+    """LayerNorm over ``dims`` whose variance is the mean of the last axis's variances."""
+    mean = x.mean(dim=dims, keepdim=True)
+    var = x.var(dim=-1, keepdim=True, unbiased=False).mean(dim=dims, keepdim=True)
+    y = (x - mean) / torch.sqrt(var + eps)
+    return y if weight is None else y * weight + bias
+
+
 def _layer_norm_mistakes(module, x: torch.Tensor):
     n = len(module.normalized_shape)
     dims = tuple(range(-n, 0))
@@ -67,6 +75,15 @@ def _layer_norm_mistakes(module, x: torch.Tensor):
                     b,
                     eps,
                 ),
+            )
+        )
+        mistakes.append(
+            (
+                "your variance is the mean of each row's variance (about the row's own mean), "
+                "not the variance of all the numbers of the last "
+                f"{n} axes about their one mean: take `x.var(dim=dims, unbiased=False)` over "
+                "all of them at once",
+                lambda: _rows_variance_layer_norm(x, dims, w, b, eps),
             )
         )
     mistakes += _wrong_axis_mistakes(x, n, w, b, eps)
@@ -209,6 +226,9 @@ def check_layer_norm(candidate) -> list[Case]:
     # error of eps / (2 var)) large enough to be named, under every seed
     x = 2.0 + _with_std(randn(2, 3, 8, seed=101), [0.3, 1.0, 2.0, 3.0, 4.0, 5.0])
     tiny = 5.0 + 1e-3 * randn(2, 3, 8, seed=102)  # variance 1e-6, below eps = 1e-5
+    # for normalized_shape=(T, D): rows of different means, so that the variance over all
+    # T * D numbers is not the mean of the rows' variances (nor the last axis's alone)
+    shifted = x + torch.tensor([[-3.0, 0.5, 4.0], [2.0, -1.5, 6.0]], dtype=x.dtype)[..., None]
     cases = [
         Case(
             "parameters shaped like normalized_shape",
@@ -222,7 +242,7 @@ def check_layer_norm(candidate) -> list[Case]:
         ),
         Case(
             "multi-axis normalized_shape=(T, D)",
-            _layer_norm_case(candidate, {"normalized_shape": (3, 8)}, x),
+            _layer_norm_case(candidate, {"normalized_shape": (3, 8)}, shifted),
             covers=frozenset({"normalized_shape=tuple"}),
         ),
         Case(
@@ -248,7 +268,7 @@ def check_layer_norm(candidate) -> list[Case]:
         ),
         Case(
             "gradients reach weight, bias and x",
-            _layer_norm_case(candidate, {"normalized_shape": (3, 8)}, x, grad=True),
+            _layer_norm_case(candidate, {"normalized_shape": (3, 8)}, shifted, grad=True),
             covers=frozenset({"grad", "normalized_shape=tuple"}),
         ),
     ]

@@ -569,6 +569,22 @@ def _decoder_variants(module, x, memory, tgt_mask, memory_mask, norm_first: bool
             )
         )
     if norm_first:
+
+        def from_normed(x):  # every residual starts from the normalised stream
+            h = n1(x)
+            y = h + sa(h)
+            h = n2(y)
+            z = h + ca_good(h)
+            h = n3(z)
+            return h + ffn(h)
+
+        def norm_on_sublayer(x):  # x + norm(sublayer(x)) around each sublayer
+            y = x + n1(sa(x))
+            z = y + n2(ca_good(y))
+            return z + n3(ffn(z))
+
+        variants += [(_RESIDUAL_FROM_NORMED, lambda: from_normed(x))]
+        variants += [(_NORM_ON_SUBLAYER_PRE, lambda: norm_on_sublayer(x))]
         variants.append(
             (
                 "the memory is normalised too: norm2 belongs to the decoder stream x only "

@@ -100,6 +100,14 @@ def sdpa_no_scaling(query, key, value, mask=None, dropout_p=0.0, scale=None):
     return weights @ value, weights
 
 
+def sdpa_squeezes_batch(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Right, but `.squeeze(0)`s the result: a batch of one loses its batch axis."""
+    import attention_course as ac
+
+    out, weights = ac.scaled_dot_product_attention(query, key, value, mask, dropout_p, scale)
+    return out.squeeze(0), weights.squeeze(0)
+
+
 def sdpa_divides_by_dk(query, key, value, mask=None, dropout_p=0.0, scale=None):
     """Divides by d_k instead of sqrt(d_k)."""
     scale = 1.0 / query.shape[-1] if scale is None else scale
@@ -372,6 +380,12 @@ CATALOGUE = [
         "scale-missing",
     ),
     ("scaled_dot_product_attention", "divides by d_k", sdpa_divides_by_dk, "scale-by-d-k"),
+    (
+        "scaled_dot_product_attention",
+        "squeezes the batch axis",
+        sdpa_squeezes_batch,
+        "batch size B = 1: weights: expected shape (1, 3, 5)",
+    ),
     (
         "scaled_dot_product_attention",
         "softmax over queries",

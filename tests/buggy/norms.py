@@ -56,6 +56,17 @@ class LayerNormLastAxisOnly(_LayerNormBase):
         return (-1,)
 
 
+class LayerNormMeanOfRowVariances(_LayerNormBase):
+    """For normalized_shape=(T, D): the mean over all T * D numbers, but the variance is the
+    mean of the rows' variances (each row about its own mean), not the variance about the
+    overall mean: right when the rows have equal means, wrong otherwise."""
+
+    def normalise(self, x):
+        mean = x.mean(dim=self.dims(), keepdim=True)
+        var = x.var(dim=-1, keepdim=True, unbiased=False).mean(dim=self.dims(), keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+
 class LayerNormTokenAxis(_LayerNormBase):
     """Normalises over dim=-2 (the tokens of a (B, T, D) input), not the features."""
 
@@ -298,6 +309,12 @@ CATALOGUE = [
     ("layer_norm", "unbiased variance", LayerNormUnbiased, "unbiased variance"),
     ("layer_norm", "eps outside sqrt", LayerNormEpsOutside, "eps is outside the square root"),
     ("layer_norm", "last axis only", LayerNormLastAxisOnly, "last axis only"),
+    (
+        "layer_norm",
+        "mean of the rows' variances",
+        LayerNormMeanOfRowVariances,
+        "the mean of each row's variance",
+    ),
     ("layer_norm", "token axis", LayerNormTokenAxis, "the tokens of a (B, T, D) input"),
     ("layer_norm", "batch axis", LayerNormBatchAxis, "that is BatchNorm"),
     ("layer_norm", "gamma/beta names", LayerNormGammaBeta, "missing: weight, bias"),

@@ -206,6 +206,20 @@ class DecoderAlwaysPreNorm(_DecoderBase):
         return x + self.dropout3(self.ffn(self.norm3(x)))
 
 
+class DecoderResidualFromNormed(_DecoderBase):
+    """Pre-norm that overwrites x with norm(x) before each residual addition."""
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if self.norm_first:
+            x = self.norm1(x)
+            x = x + self.sa(x, tgt_mask)
+            x = self.norm2(x)
+            x = x + self.ca(x, memory, memory_mask)
+            x = self.norm3(x)
+            return x + self.dropout3(self.ffn(x))
+        return super().forward(x, memory, tgt_mask, memory_mask)
+
+
 class _DecoderWithWeights(_DecoderBase):
     """The correct decoder layer, `return_attention` included; subclasses change one thing."""
 
@@ -397,5 +411,11 @@ CATALOGUE = [
         "always pre-norm",
         DecoderAlwaysPreNorm,
         "norm_first=False asks for post-norm",
+    ),
+    (
+        "decoder_layer",
+        "residual from normed x",
+        DecoderResidualFromNormed,
+        "residual starts from the normalised x",
     ),
 ]

@@ -99,8 +99,10 @@ class CausalSelfAttention(MultiHeadAttention):
     causally.
 
     PyTorch counterpart: ``nn.MultiheadAttention(d_model, num_heads, bias=bias,
-    batch_first=True)`` called as ``mha(x, x, x, attn_mask=causal, is_causal=True)``
-    with copied weights (its ``in_proj_weight`` stacks ``w_q, w_k, w_v``). Hugging Face:
+    batch_first=True)`` called as ``mha(x, x, x, attn_mask=~causal_mask(T))`` (PyTorch's
+    boolean mask marks what may *not* be attended, the opposite of the course's; see
+    :func:`~attention_course.masking.to_torch_mha_mask`) with copied weights (its
+    ``in_proj_weight`` stacks ``w_q, w_k, w_v``). Hugging Face:
     the attention module of ``GPT2Model`` (``GPT2Attention``), which has biases.
 
     ``pos`` (chapter 14): ``"rope"`` rotates ``q`` and ``k`` after the projections

@@ -7,9 +7,11 @@ cross-attention on top: a :class:`LayerKVCache` is an :class:`AttentionCache` pl
 :class:`MemoryCache` (the encoder memory's keys and values, projected once), and a
 :class:`KVCache` a :class:`DecoderCache` of those plus the source and target padding.
 Chapter 15's sliding window keeps a fixed-size one (:class:`attention_course.kv.
-RollingAttentionCache`). The one place that writes a cache is
+RollingAttentionCache`). In the package's attention modules, and so in its models (the
+GPT, the Transformer), the one place that writes a cache is
 ``MultiHeadAttention._remember`` (:mod:`attention_course.multihead`); ``attend`` never
-sees a cache.
+sees a cache. (Exercise 13's checker keeps its own small decoder, and exercise 15 asks
+students to write a cache update: both are written apart from these on purpose.)
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ class AttentionCache:
     """The projected keys and values one attention module keeps between decoding steps.
 
     The cache of one layer of any decoder (a GPT's or the encoder-decoder's): every
-    :meth:`update` appends the new positions. A model never calls :meth:`update`
-    itself: ``MultiHeadAttention._remember``, the one place that
-    writes a cache, does.
+    :meth:`update` appends the new positions. The package's models never call
+    :meth:`update` themselves: ``MultiHeadAttention._remember``, the one place in their
+    attention modules that writes a cache, does.
 
     Attributes:
         keys, values: ``(B, H, length, Dh)``, or None while empty.

@@ -184,7 +184,8 @@ class MultiHeadAttention(nn.Module):
 
     @staticmethod
     def _remember(k, v, cache):
-        """The one place in the package that writes a KV cache: the new positions' keys and
+        """The one place in the package's attention modules (and so in the GPT and the
+        Transformer) that writes a KV cache: the new positions' keys and
         values go into ``cache`` (None: no cache), and all the keys and values the queries
         may see come back. Every attention module (this one, and
         :class:`~attention_course.gpt.CausalSelfAttention` after its rotation) calls it
@@ -199,8 +200,9 @@ class MultiHeadAttention(nn.Module):
     def attend(self, q, k, v, mask=None, need_weights: bool = True):
         """Attention of projected heads, then the output projection ``w_o``.
 
-        The one place that computes multi-head attention: :meth:`forward` calls it
-        after the projections; a variant that transforms the heads first (rotary
+        The one place in the package's attention modules that computes multi-head
+        attention (the checkers keep independent versions to judge against): :meth:`forward`
+        calls it after the projections; a variant that transforms the heads first (rotary
         positions, grouped keys and values) calls it with its own ``q, k, v``. It
         never touches a KV cache: ``k`` and ``v`` are every key and value the queries
         may see. ``need_weights=False`` takes PyTorch's fused kernel and returns None

@@ -342,6 +342,50 @@ def test_the_package_rope_given_for_one_task_is_not_allowed_in_another(monkeypat
     assert scan_notebook(book, [other], given[exercise]).get(other["id"], []) == []
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        # the class of the given model's attention, reached through `type(...)`
+        "class CausalSelfAttention(type(step_decoder().gpt.blocks[0].attn)):\n    pass\n",
+        # a wrapper that lends its own weights to an instance of that class
+        "class CausalSelfAttention(nn.Module):\n"
+        "    def __init__(self, d_model, num_heads, bias=False, dropout=0.0):\n"
+        "        super().__init__()\n"
+        "        self.w_q = nn.Linear(d_model, d_model, bias=bias)\n"
+        "        self.w_k = nn.Linear(d_model, d_model, bias=bias)\n"
+        "        self.w_v = nn.Linear(d_model, d_model, bias=bias)\n"
+        "        self.w_o = nn.Linear(d_model, d_model, bias=bias)\n"
+        "        self.num_heads, self.dropout = num_heads, dropout\n"
+        "        kind = type(step_decoder().gpt.blocks[0].attn)\n"
+        "        object.__setattr__(self, 'inner', kind(d_model, num_heads, bias=bias))\n"
+        "    def forward(self, x):\n"
+        "        self.inner.load_state_dict(self.state_dict(), strict=False)\n"
+        "        return self.inner(x)\n",
+    ],
+    ids=["subclass", "wrapper"],
+)
+def test_a_given_block_made_of_the_target_is_not_allowed_in_its_task(monkeypatch, source):
+    # exercise 13 gives `step_decoder` for `generate`; its GPT is made of the reference
+    # CausalSelfAttention, so task 2 may not use it (the checker's `holds_answer`): both
+    # the check cell and the grader say so (the sandboxed grader also serves the model:
+    # no causal self-attention exists there at all)
+    pytest.importorskip("nbformat")
+    tasks, given = _released()
+    exercise = "13_decoder_only"
+    nb = json.loads((ROOT / "exercises" / "solutions" / f"{exercise}.ipynb").read_text())
+    task = next(t for t in tasks[exercise] if t["name"] == "CausalSelfAttention")
+    nb["cells"][_solution_index(nb, task)]["source"] = source
+    want = "the solution uses `step_decoder`, which the exercise gives for another task"
+    assert want in _check_cell_verdict(monkeypatch, _cells(nb), task)
+    assert any(want in m for m in _grader_verdict(nb, task, given[exercise]))
+    # `generate`, the task it is given for, may use it (the solved twin's check cell does)
+    import nbformat
+
+    other = next(t for t in tasks[exercise] if t["name"] == "generate")
+    book = nbformat.reads(json.dumps(nb), 4)
+    assert scan_notebook(book, [other], given[exercise]).get(other["id"], []) == []
+
+
 def test_an_edited_and_rerun_cell_is_judged_on_its_last_run(kernel):
     # the kernel's history keeps every run: the first (with the built-in) is superseded
     ns = kernel(SETUP, SOFTMAX, OWN)

@@ -628,6 +628,7 @@ def checker(
     answer_builtins: Sequence[str] = (),
     forbid: bool = True,
     chapter: str | None = None,
+    holds_answer: Sequence[str] = (),
 ):
     """Turn ``cases(candidate) -> list[Case]`` into
     ``check_<target>(candidate, *, timeout=10.0, seed=0)``.
@@ -650,6 +651,10 @@ def checker(
     use as a step.
     ``chapter`` names the book chapter that teaches the target (``"07_layernorm"``), for
     the tiered hints of `Report.hint`. Both are kept as attributes of the checker.
+    ``holds_answer`` names, by their dotted paths, building blocks the exercise hands out
+    for *other* tasks that are made of this task's target (exercise 13's ``step_decoder``
+    gives a GPT made of ``CausalSelfAttention``): this task's solution may not use them,
+    in the check cell and in the grader alike (`attention_course.checks._scan`).
 
     The decorated function builds the cases (``-> list[Case]``); it stays reachable as
     ``check.cases``. The checker shows its own signature, ``(candidate, *, timeout=10.0,
@@ -690,6 +695,7 @@ def checker(
         check.target = target
         check.answer_builtins = tuple(answer_builtins)
         check.forbid = forbid
+        check.holds_answer = tuple(holds_answer)
         check.chapter = chapter
         return check
 

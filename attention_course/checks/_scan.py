@@ -76,6 +76,10 @@ MACHINERY = (
 LOOKUP_MODULES = frozenset({"torch.nn.functional", "torch.nn", "torch.nn.init"})
 
 
+# The prefix of a finding's `what` for a given block that holds the task's answer
+HOLDS_ANSWER = "holds the answer: "
+
+
 @dataclass(frozen=True)
 class Finding:
     """One use of code that is not the student's, in a task's solution."""
@@ -93,7 +97,14 @@ class Finding:
 
     def message(self) -> str:
         where = f"cell {self.cell}, line {self.line}: `{self.code}`" if self.cell >= 0 else ""
-        if self.kind == "reference" and self.what.startswith("built on "):
+        if self.kind == "reference" and self.what.startswith(HOLDS_ANSWER):
+            given = self.what.removeprefix(HOLDS_ANSWER)
+            text = (
+                f"the solution uses `{given.rsplit('.', 1)[-1]}`, which the exercise gives for "
+                f"another task: what it makes is built from this task's answer (`{given}` "
+                "holds the reference), so this task may not use it: write the class yourself"
+            )
+        elif self.kind == "reference" and self.what.startswith("built on "):
             base = self.what.removeprefix("built on ")
             text = f"the solution is built on the reference `{base}` instead of its own code"
         elif self.kind == "reference":
@@ -399,13 +410,17 @@ def scan_notebook(
         else:
             builtins = tuple(getattr(checker, "answer_builtins", ()))
         own = {task["name"], str(task.get("checker", "")).removeprefix("check_")}
+        # given blocks made of this task's target (the checker's `holds_answer`)
+        holds = set(getattr(checker, "holds_answer", ()))
         allowed = {
             path
             for path in handed_out
-            if path.startswith(REFERENCE + ".") and path.rsplit(".", 1)[-1] not in own
+            if path.startswith(REFERENCE + ".")
+            and path.rsplit(".", 1)[-1] not in own
+            and path not in holds
         }
         findings = _scan_task(
-            task, index, book, everything, allowed, builtins, own, anywhere, exempt
+            task, index, book, everything, allowed, builtins, own, anywhere, exempt, holds
         )
         if findings:
             out[task.get("id", task["name"])] = findings
@@ -596,6 +611,7 @@ def _scan_task(
     own: set[str],
     anywhere: Sequence[tuple[str, int, ast.AST, str]] = (),
     exempt: dict[int, set[int]] | None = None,
+    holds: set[str] = frozenset(),
 ) -> list[Finding]:
     task_id = task.get("id", task["name"])
     findings: dict[tuple, Finding] = {}
@@ -613,7 +629,9 @@ def _scan_task(
 
     def check_path(path: str, cell: int, node: ast.AST) -> None:
         if path == REFERENCE or path.startswith(REFERENCE + "."):
-            if _not_given(path, allowed) or path.rsplit(".", 1)[-1] in own:
+            if path in holds or _canonical(path) in holds:
+                add("reference", cell, node, f"{HOLDS_ANSWER}{path}")
+            elif _not_given(path, allowed) or path.rsplit(".", 1)[-1] in own:
                 add("reference", cell, node, path)
             return
         builtin = _matches_builtin(path, builtins)

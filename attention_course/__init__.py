@@ -15,22 +15,29 @@ Masks are boolean with **True = may attend**, broadcastable to ``(B, H, T, S)``
 (the convention of ``F.scaled_dot_product_attention``); float masks are
 additive. Nothing here chooses a device: modules follow their inputs.
 
-Attention weights, two flags for two things: ``need_weights`` asks *one attention
-module* for its weights ``(B, H, T, S)``; ``return_attention`` asks *a model or a stack*
-for the list of every layer's. ``MultiHeadAttention`` keeps ``nn.MultiheadAttention``'s
-contract, which chapter 6 proves it equal to (``need_weights=True`` by default, always
-``(out, weights or None)``); ``CausalSelfAttention`` and ``GPTBlock``, built for speed
-inside a GPT, default to ``need_weights=False`` and then return the output alone (as
-nanoGPT's attention does), so the fused kernel runs unless weights are asked for.
+Attention weights: the attention modules and the GPT's block (``MultiHeadAttention``,
+``CausalSelfAttention``, ``GPTBlock``) take ``need_weights``, the name
+``nn.MultiheadAttention`` uses; the encoder-decoder's layers and every stack or model
+(``EncoderLayer``, ``DecoderLayer``, ``Encoder``, ``Decoder``, ``Transformer.encode``,
+``TransformerClassifier.encode``, ``GPT``) take ``return_attention`` and return the
+weights beside their output (a layer its sub-layers', a stack a list by layer). The
+names are kept as Parts I-V use them. ``MultiHeadAttention`` keeps
+``nn.MultiheadAttention``'s ``need_weights=True`` and always returns ``(out, weights or
+None)``, with the weights per head, ``(B, H, T, S)``, as PyTorch gives them with
+``average_attn_weights=False`` (PyTorch averages over the heads by default).
+``CausalSelfAttention`` and ``GPTBlock``, built for speed inside a GPT, default to
+``need_weights=False`` and then return the output alone, so that PyTorch's fused kernel
+runs unless weights are asked for.
 
 Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``masking`` 5,
 ``multihead`` 6, ``norms`` 7 and 16 (RMSNorm), ``ffn`` 8 and 16 (SwiGLU), ``positional`` 9
 (absolute positions), ``transformer`` and ``diagram`` 10, ``classifier`` 11, ``fused``
 (PyTorch's kernel, the one mask per forward), ``kv_cache`` and ``tiled`` 12, ``gpt``,
-``sampling``, ``tokenizer``, ``ngram`` and ``train`` 13, ``relative_positions`` 14 (RoPE, ALiBi,
-the position pieces attention is given), ``kv`` 15 (and the key/value layout piece),
-``interpret`` 17; ``checks`` and ``quiz`` for the exercises, ``grading`` for instructors.
-The README has the same map as a table.
+``sampling``, ``tokenizer`` and ``ngram`` 13, ``train`` 3, 10, 11 and 13,
+``relative_positions`` 14 (RoPE, ALiBi, the position pieces attention is given), ``kv``
+15 (and the key/value layout piece), ``interpret`` 17; ``checks`` and ``quiz`` for the
+exercises, ``grading`` for instructors. The README has this map as a table, with the
+data modules and the helpers every chapter uses.
 """
 
 from .attention import (

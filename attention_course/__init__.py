@@ -18,7 +18,7 @@ additive. Nothing here chooses a device: modules follow their inputs.
 Attention weights: the attention modules and the GPT's block (``MultiHeadAttention``,
 ``CausalSelfAttention``, ``GPTBlock``) take ``need_weights``, the name
 ``nn.MultiheadAttention`` uses; the encoder-decoder's layers and every stack or model
-(``EncoderLayer``, ``DecoderLayer``, ``Encoder``, ``Decoder``, ``Transformer.encode``,
+(``EncoderLayer``, ``DecoderLayer``, ``Encoder``, ``Decoder``, ``Transformer.encode``/``decode``,
 ``TransformerClassifier.encode``, ``GPT``) take ``return_attention`` and return the
 weights beside their output (a layer its sub-layers', a stack a list by layer). The
 names are kept as Parts I-V use them. ``MultiHeadAttention`` keeps

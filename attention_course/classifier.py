@@ -26,6 +26,7 @@ from torch import nn
 
 from ._validate import check_positive_int, require_float, require_ndim, shape_str
 from .embedding import check_token_ids, embed_tokens, xavier_init_
+from .fused import AttentionMask
 from .positional import PositionalEncoding
 from .transformer import Encoder
 
@@ -146,7 +147,9 @@ class TransformerClassifier(nn.Module):
         check_token_ids("tokens", tokens, self.vocab_size, self.max_len)
         keep = tokens != self.pad_id  # (B, T): True at real tokens
         x = embed_tokens(self.embedding, self.positional, tokens)  # (B, T) -> (B, T, D)
-        key_mask = keep[:, None, None, :]  # (B, T) -> (B, 1, 1, T): no query attends to padding
+        # (B, T) -> (B, 1, 1, T): no query attends to padding; one mask for every layer,
+        # converted once for the fused kernel
+        key_mask = AttentionMask(keep[:, None, None, :])
         out = self.encoder(x, key_mask, return_attention=return_attention)
         if return_attention:
             hidden, weights = out

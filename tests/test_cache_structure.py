@@ -193,6 +193,22 @@ def test_the_transformer_builds_each_mask_once_per_forward(monkeypatch):
     assert self_masks[0] is self_masks[1] is self_masks[2]
 
 
+def test_the_classifier_converts_its_padding_mask_once(monkeypatch):
+    # chapter 11's classifier: one mask for every encoder layer, converted once (it was
+    # converted again in each of the 3 layers)
+    from attention_course import TransformerClassifier
+
+    model = TransformerClassifier(20, 3, d_model=16, num_heads=4, num_layers=3, d_ff=32).eval()
+    tokens = torch.randint(1, 20, (2, 7))
+    tokens[1, 5:] = 0  # padding
+    built = []
+    original = fused.prepare_fused_mask
+    monkeypatch.setattr(fused, "prepare_fused_mask", lambda *a: built.append(1) or original(*a))
+    with torch.no_grad():
+        logits = model(tokens)
+    assert len(built) == 1 and logits.shape == (2, 3)
+
+
 # --- the pieces attention is given ---------------------------------------------------------
 
 

@@ -126,9 +126,11 @@ def _expect_residual_dropout(residual, sublayer_out, p: float, k: int, sublayer:
     )
     if is_unchanged(residual, sublayer_out):
         raise CaseFailed(
-            f"residual dropout is never applied around the {sublayer}: in training mode with "
-            f"dropout={p:g}, about {p:.0%} of the {sublayer}'s output must be zeroed by "
-            f"self.dropout{k} = nn.Dropout(dropout) before the residual addition; it goes {where}"
+            f"what is added to the stream after the {sublayer} is not dropped out (no "
+            f"dropout there; a dropout elsewhere, e.g. after the norm, does not count): in "
+            f"training mode with dropout={p:g}, about {p:.0%} of the {sublayer}'s output must "
+            f"be zeroed by self.dropout{k} = nn.Dropout(dropout) before the residual "
+            f"addition; it goes {where}"
         )
     expect_dropout_of(
         residual,

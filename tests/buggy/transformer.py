@@ -342,7 +342,7 @@ CATALOGUE = [
         "encoder_layer",
         "no residual dropout",
         EncoderNoResidualDropout,
-        "residual dropout is never applied around the self-attention",
+        "after the self-attention is not dropped out (no dropout there",
     ),
     (
         "encoder_layer",
@@ -384,7 +384,7 @@ CATALOGUE = [
         "decoder_layer",
         "no FFN dropout in pre-norm",
         DecoderPreNormNoFFNDropout,
-        "residual dropout is never applied around the feed-forward network",
+        "after the feed-forward network is not dropped out (no dropout there",
     ),
     (
         "decoder_layer",

@@ -297,6 +297,19 @@ _BN_NO_UPDATE = (
     "the running statistics stay at their initial values (running_mean 0, running_var 1): "
     "in training, update running_mean and running_var in place (under torch.no_grad())"
 )
+_BN_TRAIN_RUNNING = (
+    "in training mode the output is normalised with the running statistics: training "
+    "normalises each batch with its own mean and biased variance; running_mean and "
+    "running_var are for eval mode"
+)
+_BN_EVAL_UPDATES = (
+    "the running statistics are updated in eval mode too (with the eval batch): update them "
+    "only when self.training is True"
+)
+_BN_CUMULATIVE = (
+    "the running statistics are a cumulative average of all the batches (what momentum=None "
+    "does): with a momentum, running = (1 - momentum) * running + momentum * batch_stat"
+)
 _BN_3D_DIMS = (
     "for a 3-D input (B, C, L) the statistics must be taken over the batch AND length axes, "
     "dims (0, 2): one mean and variance per channel"
@@ -348,8 +361,16 @@ def _simulate_batch_norm(
     dims_3d=(0, 2),
     eps_outside=False,
     n_batch_only=False,
+    train_running=False,
+    eval_updates=False,
+    cumulative=False,
+    momentum_used=None,
+    eps_used=None,
 ):
-    """A from-scratch BatchNorm with switchable mistakes: outputs and running stats."""
+    """A from-scratch BatchNorm with switchable mistakes: outputs and running stats.
+    ``momentum_used``/``eps_used``: the value the mistake uses instead of the argument."""
+    momentum = momentum if momentum_used is None else momentum_used
+    eps = eps if eps_used is None else eps_used
     C = weight.shape[0]
     running_mean = torch.zeros(C, dtype=weight.dtype)
     running_var = torch.ones(C, dtype=weight.dtype)
@@ -385,11 +406,21 @@ def _simulate_batch_norm(
             outputs.append(normalise(x, mean, unbiased if unbiased_norm else biased))
         if not no_update:
             m = 1 - momentum if momentum_swapped else momentum
+            if cumulative:
+                m = 1.0 / (len(means) + 1)
             batch_var = biased if running_biased else unbiased
             running_mean = (1 - m) * running_mean + m * mean
             running_var = (1 - m) * running_var + m * batch_var
+        if train_running:  # normalised with the (just updated) running statistics
+            outputs[-1] = normalise(x, running_mean, running_var)
         means.append(running_mean)
         variances.append(running_var)
+    if eval_updates:  # the eval batch updates the running statistics, then normalises
+        dims = (0,) if eval_x.dim() == 2 else (0, 2)
+        n = eval_x.numel() // C
+        batch_var = eval_x.var(dim=dims, unbiased=False) * n / (n - 1)
+        running_mean = (1 - momentum) * running_mean + momentum * eval_x.mean(dim=dims)
+        running_var = (1 - momentum) * running_var + momentum * batch_var
     if eval_batch:
         dims = (0,) if eval_x.dim() == 2 else (0, 2)
         eval_out = normalise(eval_x, eval_x.mean(dim=dims), eval_x.var(dim=dims, unbiased=False))
@@ -408,6 +439,9 @@ _BN_MISTAKES = {
     _BN_3D_DIMS: {"dims_3d": (0,)},
     _BN_3D_DIMS_01: {"dims_3d": (0, 1)},
     _BN_WRONG_N: {"n_batch_only": True},
+    _BN_TRAIN_RUNNING: {"train_running": True},
+    _BN_EVAL_UPDATES: {"eval_updates": True},
+    _BN_CUMULATIVE: {"cumulative": True},
 }
 
 
@@ -440,9 +474,22 @@ def _batch_norm_case(candidate, init: dict, three_d: bool, seed: int, what: str,
                 )
                 return {"train": outputs, "mean": means, "var": variances, "eval": eval_out}
 
+            mistakes = dict(_BN_MISTAKES)
+            if momentum != 0.1:
+                text = (
+                    f"the `momentum` argument is ignored (you used 0.1, this case uses "
+                    f"momentum={momentum:g}): keep self.momentum = momentum"
+                )
+                mistakes[text] = {"momentum_used": 0.1}
+            if eps != 1e-5:
+                text = (
+                    f"the `eps` argument is ignored (you used 1e-5, this case uses eps={eps:g}): "
+                    "keep self.eps = eps"
+                )
+                mistakes[text] = {"eps_used": 1e-5}
             return [
                 (text, lambda flags=flags: _pick(compute(**flags), index_or_key))
-                for text, flags in _BN_MISTAKES.items()
+                for text, flags in mistakes.items()
             ]
 
         for step, x in enumerate(steps):

@@ -148,6 +148,63 @@ class _BatchNormBase(nn.Module):
         return y * self.weight.view(shape) + self.bias.view(shape)
 
 
+class BatchNormRunningStatsInTraining(_BatchNormBase):
+    """Updates the running statistics in training, then normalises with them."""
+
+    def forward(self, x):
+        dims = self.stats_dims(x)
+        shape = (1, -1) if x.dim() == 2 else (1, -1, 1)
+        if self.training:
+            self.update(x.mean(dim=dims), self.batch_var(x, dims), x.numel() // x.shape[1])
+        mean, var = self.running_mean, self.running_var
+        y = (x - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps)
+        return y * self.weight.view(shape) + self.bias.view(shape)
+
+
+class BatchNormUpdatesInEval(_BatchNormBase):
+    """Updates the running statistics in eval mode too (from the eval batch), then
+    normalises with them."""
+
+    def forward(self, x):
+        if self.training:
+            return super().forward(x)
+        dims = self.stats_dims(x)
+        shape = (1, -1) if x.dim() == 2 else (1, -1, 1)
+        with torch.no_grad():
+            n = x.numel() // x.shape[1]
+            m = self.momentum
+            self.running_mean.mul_(1 - m).add_(m * x.mean(dim=dims))
+            self.running_var.mul_(1 - m).add_(m * self.batch_var(x, dims) * n / (n - 1))
+        mean, var = self.running_mean, self.running_var
+        y = (x - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps)
+        return y * self.weight.view(shape) + self.bias.view(shape)
+
+
+class BatchNormCumulative(_BatchNormBase):
+    """Running statistics as the cumulative average of all batches (momentum=None)."""
+
+    def update(self, mean, var, n):
+        with torch.no_grad():
+            self.num_batches_tracked += 1
+            m = 1.0 / float(self.num_batches_tracked)
+            self.running_mean.mul_(1 - m).add_(m * mean)
+            self.running_var.mul_(1 - m).add_(m * var * n / (n - 1))
+
+
+class BatchNormFixedMomentum(_BatchNormBase):
+    """Ignores the momentum argument: always 0.1."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1):
+        super().__init__(num_features, eps, 0.1)
+
+
+class BatchNormFixedEps(_BatchNormBase):
+    """Ignores the eps argument: always 1e-5."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1):
+        super().__init__(num_features, 1e-5, momentum)
+
+
 class BatchNormUnbiased(_BatchNormBase):
     """Normalises the batch with torch.var's default unbiased variance."""
 
@@ -320,6 +377,21 @@ CATALOGUE = [
     ("layer_norm", "gamma/beta names", LayerNormGammaBeta, "missing: weight, bias"),
     ("layer_norm", "hard-coded eps", LayerNormHardcodedEps, "`eps` argument is ignored"),
     ("batch_norm", "unbiased normalisation", BatchNormUnbiased, "unbiased variance (N-1)"),
+    (
+        "batch_norm",
+        "running stats in training",
+        BatchNormRunningStatsInTraining,
+        "in training mode the output is normalised with the running statistics",
+    ),
+    (
+        "batch_norm",
+        "updates in eval",
+        BatchNormUpdatesInEval,
+        "the running statistics are updated in eval mode too",
+    ),
+    ("batch_norm", "cumulative average", BatchNormCumulative, "a cumulative average"),
+    ("batch_norm", "momentum ignored", BatchNormFixedMomentum, "`momentum` argument is ignored"),
+    ("batch_norm", "eps ignored", BatchNormFixedEps, "the `eps` argument is ignored"),
     (
         "batch_norm",
         "running var biased",

@@ -135,17 +135,20 @@ class _BatchNormBase(nn.Module):
     def batch_var(self, x, dims):
         return x.var(dim=dims, unbiased=False)
 
+    def normalise_with(self, x, mean, var):
+        shape = (1, -1) if x.dim() == 2 else (1, -1, 1)
+        y = (x - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps)
+        return y * self.weight.view(shape) + self.bias.view(shape)
+
     def forward(self, x):
         dims = self.stats_dims(x)
-        shape = (1, -1) if x.dim() == 2 else (1, -1, 1)
         if self.use_batch_stats():
             mean, var = x.mean(dim=dims), self.batch_var(x, dims)
             if self.training:
                 self.update(mean, var, x.numel() // x.shape[1])
         else:
             mean, var = self.running_mean, self.running_var
-        y = (x - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps)
-        return y * self.weight.view(shape) + self.bias.view(shape)
+        return self.normalise_with(x, mean, var)
 
 
 class BatchNormRunningStatsInTraining(_BatchNormBase):
@@ -153,12 +156,9 @@ class BatchNormRunningStatsInTraining(_BatchNormBase):
 
     def forward(self, x):
         dims = self.stats_dims(x)
-        shape = (1, -1) if x.dim() == 2 else (1, -1, 1)
         if self.training:
             self.update(x.mean(dim=dims), self.batch_var(x, dims), x.numel() // x.shape[1])
-        mean, var = self.running_mean, self.running_var
-        y = (x - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps)
-        return y * self.weight.view(shape) + self.bias.view(shape)
+        return self.normalise_with(x, self.running_mean, self.running_var)
 
 
 class BatchNormUpdatesInEval(_BatchNormBase):
@@ -169,15 +169,12 @@ class BatchNormUpdatesInEval(_BatchNormBase):
         if self.training:
             return super().forward(x)
         dims = self.stats_dims(x)
-        shape = (1, -1) if x.dim() == 2 else (1, -1, 1)
         with torch.no_grad():
             n = x.numel() // x.shape[1]
             m = self.momentum
             self.running_mean.mul_(1 - m).add_(m * x.mean(dim=dims))
             self.running_var.mul_(1 - m).add_(m * self.batch_var(x, dims) * n / (n - 1))
-        mean, var = self.running_mean, self.running_var
-        y = (x - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps)
-        return y * self.weight.view(shape) + self.bias.view(shape)
+        return self.normalise_with(x, self.running_mean, self.running_var)
 
 
 class BatchNormCumulative(_BatchNormBase):

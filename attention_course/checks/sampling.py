@@ -33,6 +33,14 @@ _TOP_P_CROSSING_DROPPED = (
     "the tokens *before* it is below top_p (shift the cumulative sum right by one), so the "
     "set reaches top_p"
 )
+_TOP_P_WRONG_AXIS = (
+    "your softmax for top-p runs over the wrong axis (dim=0, across the batch): take it "
+    "over the vocabulary, `torch.softmax(logits, dim=-1)`, then sort and accumulate"
+)
+_TOP_P_AT_EQUALITY = (
+    "your filter also keeps a token when the probability of the tokens before it equals "
+    "top_p exactly (`<=`): keep a token while that probability is strictly below top_p (`<`)"
+)
 _TOP_P_ASCENDING = (
     "your filter keeps the smallest probabilities, not the largest: it sorts in ascending "
     "order; sort with `descending=True` before the cumulative sum"
@@ -47,7 +55,12 @@ def _scatter_back(sorted_values: torch.Tensor, order: torch.Tensor) -> torch.Ten
 def _top_p_keep(logits: torch.Tensor, top_p: float, *, variant: str) -> torch.Tensor:
     """Which tokens a (mistaken) top-p rule keeps, as a bool tensor."""
     # "logits...": the rule run on the raw logits, as if they were probabilities
-    probs = logits.double() if variant.startswith("logits") else logits.double().softmax(-1)
+    if variant.startswith("logits"):
+        probs = logits.double()
+    elif variant == "dim 0":  # the softmax across the batch
+        probs = logits.double().softmax(0)
+    else:
+        probs = logits.double().softmax(-1)
     descending = variant != "ascending"
     sorted_probs, order = probs.sort(dim=-1, descending=descending)
     cumulative = sorted_probs.cumsum(-1)
@@ -56,10 +69,11 @@ def _top_p_keep(logits: torch.Tensor, top_p: float, *, variant: str) -> torch.Te
     elif variant == "no shift, first kept":
         keep_sorted = cumulative <= top_p
         keep_sorted[..., 0] = True
-    elif variant == "logits, <=":
+    elif variant in ("logits, <=", "<="):
         keep_sorted = (cumulative - sorted_probs) <= top_p
     else:  # "ascending": the right rule on the wrong end of the distribution; "logits"
-        keep_sorted = (cumulative - sorted_probs) < top_p  # the right rule on the logits
+        keep_sorted = (cumulative - sorted_probs) < top_p  # the right rule on the logits;
+        # "dim 0": the right rule on probabilities taken across the batch
     return _scatter_back(keep_sorted, order)
 
 
@@ -134,6 +148,8 @@ def _mistakes(logits: torch.Tensor, top_k: int | None, top_p: float | None):
     if top_p is not None:
         before = after_top_k(logits)
         candidates = [
+            *([(_TOP_P_WRONG_AXIS, "dim 0")] if before.dim() > 1 and before.shape[0] > 1 else []),
+            (_TOP_P_AT_EQUALITY, "<="),
             (_TOP_P_ON_LOGITS, "logits"),
             (_TOP_P_ON_LOGITS, "logits, <="),
             (_TOP_P_ON_LOGITS, "logits, no shift"),

@@ -25,6 +25,34 @@ def _check(top_k, top_p):
         raise ValueError(f"top_p: got {top_p}")
 
 
+def _top_p_with(logits, top_p, probs, keep_at_equality=False):
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    before = sorted_probs.cumsum(-1) - sorted_probs
+    remove_sorted = before > top_p if keep_at_equality else before >= top_p
+    remove = remove_sorted.scatter(-1, order, remove_sorted)
+    return logits.masked_fill(remove, float("-inf"))
+
+
+def filter_logits_softmax_over_batch(logits, top_k=None, top_p=None):
+    """Takes top-p's softmax over dim 0 (the batch), not over the vocabulary."""
+    _check(top_k, top_p)
+    if top_k is not None:
+        logits = _top_k(logits, top_k)
+    if top_p is not None:
+        logits = _top_p_with(logits, top_p, logits.softmax(0))
+    return logits
+
+
+def filter_logits_top_p_at_equality(logits, top_k=None, top_p=None):
+    """Keeps a token while the probability before it is <= top_p (not < top_p)."""
+    _check(top_k, top_p)
+    if top_k is not None:
+        logits = _top_k(logits, top_k)
+    if top_p is not None:
+        logits = _top_p_with(logits, top_p, logits.softmax(-1), keep_at_equality=True)
+    return logits
+
+
 def filter_logits_keeps_k_plus_one(logits, top_k=None, top_p=None):
     """Takes the threshold at sorted index k instead of k - 1: keeps k + 1 tokens."""
     _check(top_k, top_p)
@@ -202,6 +230,18 @@ def filter_logits_kth_largest_reference(logits, top_k=None, top_p=None):
 
 CATALOGUE = [
     ("filter_logits", "keeps k + 1", filter_logits_keeps_k_plus_one, "keeps k + 1"),
+    (
+        "filter_logits",
+        "top-p softmax over the batch",
+        filter_logits_softmax_over_batch,
+        "your softmax for top-p runs over the wrong axis",
+    ),
+    (
+        "filter_logits",
+        "top-p keeps at equality",
+        filter_logits_top_p_at_equality,
+        "equals top_p exactly (`<=`)",
+    ),
     ("filter_logits", "fills -1e9", filter_logits_fills_minus_1e9, "you filled them with -1e+09"),
     ("filter_logits", "ties dropped by >", filter_logits_ties_strict, "the k-th largest, not >"),
     ("filter_logits", "dim=1 on (B, T, V)", filter_logits_dim_one, "works along the wrong axis"),

@@ -35,7 +35,7 @@ import pytest
 import torch
 
 from attention_course.checks import check_generate, check_rolling_update
-from attention_course.checks.generation import step_decoder
+from attention_course.checks.generation import OfferedModel, step_decoder
 from attention_course.grading import sandbox
 from attention_course.grading.sandbox import grade_task
 
@@ -191,19 +191,21 @@ def test_the_model_stays_in_the_grader_and_offers_only_its_interface():
     prompt = torch.tensor([[1, 2, 3]])
     with kernel_side(PROBE) as client:
         probe, _ = client.lookup("probe")
-        seen = probe(model, prompt)
-    assert seen["type"] == "_Served" and seen["repr"] == "<StepDecoder, run by the grader>"
+        seen = probe(OfferedModel(model), prompt)  # what the check gives generate
+    assert seen["type"] == "_Served" and seen["repr"] == "<OfferedModel, run by the grader>"
     for name in ("gpt", "_modules", "state_dict", "calls"):
         assert seen[name].startswith("AttributeError: "), (name, seen[name])
     assert "it offers new_cache, eval, parameters, vocab_size, training" in seen["gpt"]
-    assert seen["set"] == "AttributeError: the grader's StepDecoder is read-only here"
+    assert seen["set"] == "AttributeError: the grader's OfferedModel is read-only here"
     assert seen["kernel object"].startswith("TypeError: the grader's model takes tensors")
     assert seen["bad ids"].startswith("ValueError: ids: got a torch.float32 tensor")
     assert seen["large"].startswith("ValueError: a tensor of 2000 elements is more than")
     assert seen["direct load_state_dict"] == (
-        "AttributeError: the grader's StepDecoder has no method 'load_state_dict'"
+        "AttributeError: the grader's OfferedModel has no method 'load_state_dict'"
     )
-    assert seen["direct gpt"] == "AttributeError: the grader's StepDecoder has no attribute 'gpt'"
+    assert seen["direct gpt"] == (
+        "AttributeError: the grader's OfferedModel has no attribute 'gpt'"
+    )
     assert seen["direct __reduce__"].endswith("has no method '__reduce__'")
     # the calls ran on the grader's model: its log has them, its cache is the grader's
     assert model.logged_calls() == [(1, 0, 3, 0, 2), (2, 0, 3, 0, 2), (1, 3, 1, 3, 3)]
@@ -236,6 +238,31 @@ def test_generate_through_the_served_model_agrees_with_the_check_cell():
         assert not in_process.passed
         got = graded[function.__name__]
         assert _verdicts(got["results"]) == _verdicts(in_process.results), function.__name__
+
+
+@pytest.mark.parametrize("reach", ["model.to(prompt.device)", "model.gpt", "model.state_dict()"])
+def test_the_check_cell_offers_generate_only_what_the_grader_offers(reach):
+    # a generate that reaches past the offered interface: the grader's stand-in refused it
+    # while the check cell, given the real model, passed it; now both give the same offer
+    nb = json.loads((ROOT / "exercises/solutions/13_decoder_only.ipynb").read_text())
+    (twin,) = [
+        "".join(c["source"])
+        for c in nb["cells"]
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "generate"
+    ]
+    namespace: dict = {}
+    exec(compile("import torch\n\n" + twin, "<twin>", "exec"), namespace)
+    right = namespace["generate"]
+    assert check_generate(right).passed
+
+    def generate(model, prompt, max_new_tokens, temperature=1.0, generator=None):
+        eval(reach, {"model": model, "prompt": prompt})
+        return right(model, prompt, max_new_tokens, temperature, generator)
+
+    report = check_generate(generate)
+    assert not report.passed and "is not offered: the model given to generate offers" in str(
+        report
+    ), str(report)
 
 
 # ---------------------------------------------------------------- graded in the sandbox

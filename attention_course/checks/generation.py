@@ -148,9 +148,6 @@ class StepCache:
     """What :class:`StepDecoder` keeps between calls: per layer the keys, values and their
     positions. ``length`` is the number of positions cached."""
 
-    # while grading, the kernel uses the grader's cache by reference (`grading.sandbox`)
-    served_while_grading = (False, (), ("length", "positions"))
-
     def __init__(self, serial: int, num_layers: int) -> None:
         self.serial = serial
         self.keys: list = [None] * num_layers
@@ -170,17 +167,9 @@ class StepDecoder(nn.Module):
     :meth:`new_cache`), and each query sees the cached keys whose position is at or before
     its own. ``cache`` None means an empty cache used once.
 
-    While grading, the model stays in the grader: the student's kernel gets a stand-in that
-    offers only the call, these methods and these attributes, and runs them here, on plain
-    data (`attention_course.grading.sandbox`), so that no GPT, and no causal self-attention
-    (exercise 13's task 2), exists in the sandbox.
+    A student's ``generate`` gets it through :class:`OfferedModel`, which offers only what
+    the task needs, in the check cell and in the grader alike.
     """
-
-    served_while_grading = (
-        True,
-        ("new_cache", "eval", "parameters"),  # parameters: for `next(...).device`, by value
-        ("vocab_size", "training"),
-    )
 
     def __init__(self, gpt: GPT) -> None:
         super().__init__()
@@ -249,6 +238,78 @@ def _describe(value) -> str:
     if isinstance(value, torch.Tensor):
         return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
     return type(value).__name__
+
+
+_OFFERED = (
+    "the model given to generate offers the call model(ids, positions, cache), new_cache(), "
+    "eval(), parameters(), vocab_size and training, and its cache `length` and `positions`"
+)
+
+
+class OfferedCache:
+    """A :class:`StepCache` as the student's ``generate`` sees it: ``length`` and
+    ``positions`` only. While grading, the kernel uses the grader's by reference
+    (`attention_course.grading.sandbox`)."""
+
+    served_while_grading = (False, (), ("length", "positions"))
+
+    def __init__(self, cache: StepCache) -> None:
+        object.__setattr__(self, "_cache", cache)
+
+    @property
+    def length(self) -> int:
+        return self._cache.length
+
+    @property
+    def positions(self) -> torch.Tensor | None:
+        return self._cache.positions
+
+    def __getattr__(self, name: str):
+        raise AttributeError(f"the cache has no `{name}` here: {_OFFERED}")
+
+
+class OfferedModel:
+    """The :class:`StepDecoder` as the student's ``generate`` sees it: the call, these
+    methods and these attributes, nothing else (not ``.gpt``, not ``.to``, not an
+    ``nn.Module``). The check cell and the grader give the same one: while grading, the
+    model stays in the grader and the kernel gets a stand-in offering exactly this, whose
+    calls run here on plain data (`attention_course.grading.sandbox`), so that no GPT, and
+    no causal self-attention (exercise 13's task 2), exists in the sandbox."""
+
+    served_while_grading = (
+        True,
+        ("new_cache", "eval", "parameters"),  # parameters: for `next(...).device`, by value
+        ("vocab_size", "training"),
+    )
+
+    def __init__(self, model: StepDecoder) -> None:
+        object.__setattr__(self, "_model", model)
+
+    def __call__(self, ids, positions, cache=None):
+        if isinstance(cache, OfferedCache):
+            cache = cache._cache
+        return self._model(ids, positions, cache)
+
+    def new_cache(self) -> OfferedCache:
+        return OfferedCache(self._model.new_cache())
+
+    def eval(self) -> OfferedModel:
+        self._model.eval()
+        return self
+
+    def parameters(self):
+        return self._model.parameters()
+
+    @property
+    def vocab_size(self) -> int:
+        return self._model.vocab_size
+
+    @property
+    def training(self) -> bool:
+        return self._model.training
+
+    def __getattr__(self, name: str):
+        raise AttributeError(f"`{name}` is not offered: {_OFFERED}")
 
 
 def step_decoder(seed: int = 0) -> StepDecoder:
@@ -440,7 +501,13 @@ def _generate_case(candidate, *, B, T0, n, temperature, seed=0):
         if temperature:
             kwargs["generator"] = _data.generator(sampler)
         got = call_student(
-            candidate, model, prompt.clone(), n, what=what, error_hint=_error_hint, **kwargs
+            candidate,
+            OfferedModel(model),
+            prompt.clone(),
+            n,
+            what=what,
+            error_hint=_error_hint,
+            **kwargs,
         )
         if not isinstance(got, torch.Tensor) or got.is_floating_point() or got.dtype == torch.bool:
             raise CaseFailed(

@@ -142,6 +142,21 @@ def _expect_residual_dropout(residual, sublayer_out, p: float, k: int, sublayer:
     )
 
 
+def _expect_sublayer_inputs(seen, pairs) -> None:
+    """Each sublayer receives exactly what the layout gives it, in training mode too: a
+    dropout between the norm and the sublayer changes its input. ``pairs``: (sublayer's
+    recorded input key, what it should equal, its description, the sublayer's name, k)."""
+    for key, want, described, sublayer, k in pairs:
+        got = seen(key)
+        if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-6, atol=1e-7):
+            raise CaseFailed(
+                f"in training mode the {sublayer} does not receive {described}: something "
+                f"between them changes its input (an extra dropout?); the {sublayer} takes "
+                f"{described} as it is, and dropout goes only on its output, "
+                f"x + dropout{k}(sublayer(...))"
+            )
+
+
 def _sublayer_drops(student, name: str, call) -> bool:
     """Whether the student's sublayer ``name`` gives another result in training mode than
     in eval mode on the same input (it was built with dropout > 0)."""
@@ -319,6 +334,17 @@ def _encoder_dropout_case(candidate, init: dict, x, mask=None):
             """What the student's submodule received or returned, e.g. seen("norm1.in")."""
             return _recorded(store, key, x.shape)
 
+        if norm_first:
+            inputs = [
+                ("self_attn.in", seen("norm1.out"), "norm1(x)", "self-attention", 1),
+                ("ffn.in", seen("norm2.out"), "norm2(x)", "feed-forward network", 2),
+            ]
+        else:
+            inputs = [
+                ("self_attn.in", x, "the layer's input x", "self-attention", 1),
+                ("ffn.in", seen("norm1.out"), "norm1's output", "feed-forward network", 2),
+            ]
+        _expect_sublayer_inputs(seen, inputs)
         sa, ff = seen("self_attn.out"), seen("ffn.out")
         if norm_first:
             first = seen("norm2.in") - x  # x + dropout1(sa(norm1(x))) - x
@@ -666,6 +692,19 @@ def _decoder_dropout_case(candidate, init: dict, x, memory, tgt_mask=None, memor
             seen("cross_attn.out"),
         )
         ff = seen("ffn.out")
+        if norm_first:
+            inputs = [
+                ("self_attn.in", seen("norm1.out"), "norm1(x)", "self-attention", 1),
+                ("cross_attn.in", seen("norm2.out"), "norm2(x)", "cross-attention", 2),
+                ("ffn.in", seen("norm3.out"), "norm3(x)", "feed-forward network", 3),
+            ]
+        else:
+            inputs = [
+                ("self_attn.in", x, "the layer's input x", "self-attention", 1),
+                ("cross_attn.in", seen("norm1.out"), "norm1's output", "cross-attention", 2),
+                ("ffn.in", seen("norm2.out"), "norm2's output", "feed-forward network", 3),
+            ]
+        _expect_sublayer_inputs(seen, inputs)
         if norm_first:
             first = seen("norm2.in") - x
             second = seen("norm3.in") - seen("norm2.in")

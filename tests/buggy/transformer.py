@@ -95,6 +95,16 @@ class EncoderResidualFromNormed(_EncoderBase):
         return super().forward(x, mask)
 
 
+class EncoderDropsSublayerInput(_EncoderBase):
+    """Pre-norm with an extra dropout between each norm and its sublayer."""
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x = x + self.sa(self.dropout1(self.norm1(x)), mask)
+            return x + self.ff(self.dropout2(self.norm2(x)))
+        return super().forward(x, mask)
+
+
 class EncoderIgnoresMask(_EncoderBase):
     """Never passes the mask on to self-attention."""
 
@@ -217,6 +227,18 @@ class DecoderResidualFromNormed(_DecoderBase):
             x = x + self.ca(x, memory, memory_mask)
             x = self.norm3(x)
             return x + self.dropout3(self.ffn(x))
+        return super().forward(x, memory, tgt_mask, memory_mask)
+
+
+class DecoderDropsSublayerInput(_DecoderBase):
+    """Pre-norm with an extra dropout between each norm and its sublayer (the branch
+    dropout is there too): in training the sublayers get a dropped-out input."""
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if self.norm_first:
+            x = x + self.sa(self.dropout1(self.norm1(x)), tgt_mask)
+            x = x + self.ca(self.dropout2(self.norm2(x)), memory, memory_mask)
+            return x + self.dropout3(self.ffn(self.dropout3(self.norm3(x))))
         return super().forward(x, memory, tgt_mask, memory_mask)
 
 
@@ -417,5 +439,17 @@ CATALOGUE = [
         "residual from normed x",
         DecoderResidualFromNormed,
         "residual starts from the normalised x",
+    ),
+    (
+        "decoder_layer",
+        "dropout on the sublayer's input",
+        DecoderDropsSublayerInput,
+        "the self-attention does not receive norm1(x)",
+    ),
+    (
+        "encoder_layer",
+        "dropout on the sublayer's input",
+        EncoderDropsSublayerInput,
+        "the self-attention does not receive norm1(x)",
     ),
 ]

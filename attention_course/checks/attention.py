@@ -9,7 +9,15 @@ import torch
 
 from attention_course import attention as ref
 
-from ._compare import Mistake, expect_close, expect_like, expect_tuple, fmt_shape, sums_to_one_hint
+from ._compare import (
+    Mistake,
+    expect_close,
+    expect_like,
+    expect_tuple,
+    fmt_shape,
+    sums_to_one_hint,
+    tolerances,
+)
 from ._data import draw_until, leaf, randn, random_bool
 from ._dropout import expect_dropout_of, is_unchanged, looks_dropped_out
 from ._mistakes import says
@@ -457,11 +465,30 @@ def _sdpa_no_dropout(candidate, q, k, v):
     return run
 
 
+def _expect_right_without_dropout(candidate, q, k, v, mask, clean_out, clean_w) -> None:
+    """Before judging where dropout goes, the same call with ``dropout_p=0.0`` must be right,
+    so that a wrong scale or mask is not reported as a dropout mistake."""
+    kwargs = {"dropout_p": 0.0} if mask is None else {"mask": mask, "dropout_p": 0.0}
+    got = call_student(candidate, q, k, v, what="the same call with dropout_p=0.0", **kwargs)
+    if not (isinstance(got, tuple) and len(got) == 2):
+        return  # the cases without dropout report the type
+    for value, expected in zip(got, (clean_out, clean_w), strict=True):
+        if not isinstance(value, torch.Tensor) or value.shape != expected.shape:
+            return
+        atol, rtol = tolerances(expected.dtype)
+        if not torch.allclose(value.detach().to(expected.dtype), expected, atol=atol, rtol=rtol):
+            raise CaseFailed(
+                "the result is already wrong with dropout_p=0.0 on these inputs: fix the "
+                "cases without dropout above first; this case checks only where dropout goes"
+            )
+
+
 def _sdpa_dropout_case(candidate, q, k, v, p: float, mask=None):
     """Dropout by its properties: the weights are the clean ones, dropped and rescaled."""
 
     def run():
         clean_out, clean_w = ref.scaled_dot_product_attention(q, k, v, mask=mask)
+        _expect_right_without_dropout(candidate, q, k, v, mask, clean_out, clean_w)
         kwargs = {"dropout_p": p} if mask is None else {"mask": mask, "dropout_p": p}
         got = call_student(
             candidate,

@@ -361,7 +361,7 @@ def _simulate_batch_norm(
     dims_3d=(0, 2),
     eps_outside=False,
     n_batch_only=False,
-    train_running=False,
+    running_in_training=False,
     eval_updates=False,
     cumulative=False,
     momentum_used=None,
@@ -411,7 +411,7 @@ def _simulate_batch_norm(
             batch_var = biased if running_biased else unbiased
             running_mean = (1 - m) * running_mean + m * mean
             running_var = (1 - m) * running_var + m * batch_var
-        if train_running:  # normalised with the (just updated) running statistics
+        if running_in_training:  # normalised with the (just updated) running statistics
             outputs[-1] = normalise(x, running_mean, running_var)
         means.append(running_mean)
         variances.append(running_var)
@@ -439,7 +439,7 @@ _BN_MISTAKES = {
     _BN_3D_DIMS: {"dims_3d": (0,)},
     _BN_3D_DIMS_01: {"dims_3d": (0, 1)},
     _BN_WRONG_N: {"n_batch_only": True},
-    _BN_TRAIN_RUNNING: {"train_running": True},
+    _BN_TRAIN_RUNNING: {"running_in_training": True},
     _BN_EVAL_UPDATES: {"eval_updates": True},
     _BN_CUMULATIVE: {"cumulative": True},
 }

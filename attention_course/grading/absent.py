@@ -80,8 +80,8 @@ KERNEL_ROOTS = (
 # it been real in the sandbox, a subclass of its attention class would pass task 2.
 SERVED = {
     f"{PACKAGE}.checks.generation.step_decoder": (
-        "the grader makes this model and runs it on its own side; your function gets it "
-        "as its argument"
+        "the grader makes this model and runs it on its own side; the task it is given "
+        "for (generate) gets it as its argument"
     ),
 }
 _RUNTIME = r'''"""Stubs of the references that are absent while grading (written by the grader)."""

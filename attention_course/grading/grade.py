@@ -722,9 +722,11 @@ def grade_notebook(
                 # a given cell that shows a reference the sandbox leaves out (exercise
                 # 05 prints `ac.causal_mask(4)`): not the student's problem
                 status = "absent"
+                # the stub's own advice ("write it yourself") is for a solution, not here
+                detail = error.removeprefix(ABSENT_ERROR + ": ").split(": write it yourself")[0]
                 notes.append(
                     f"given cell {index} shows the reference, which is absent while grading "
-                    f"({error.removeprefix(ABSENT_ERROR + ': ')})"
+                    f"({detail}); nothing to do for the student: it is a given cell"
                 )
             runs[index] = CellRun(index, cell_id, status, error)
             if status == "died":
@@ -834,8 +836,16 @@ def _fill(
         name = _ABSENT.search(absent[0]["message"]).group(1)
         lost = grade.score
         grade.score, grade.fraction, grade.passed = 0.0, 0.0, False
+        from .absent import SERVED
+
+        advice = (
+            "it is given for another task, and what it makes holds this task's answer: "
+            "write this task's code yourself"
+            if any(path.endswith("." + name.rsplit(".", 1)[-1]) for path in SERVED)
+            else "write it yourself"
+        )
         grade.reason = (
-            f"calls {name}, {ABSENT_REASON}: write it yourself "
+            f"calls {name}, {ABSENT_REASON}: {advice} "
             f"({len(absent)} of {len(report['results'])} cases reached it, first "
             f"{absent[0]['name']})"
             + (f"\n(the other cases alone would give {lost:g}/{grade.points:g})" if lost else "")

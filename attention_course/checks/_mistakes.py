@@ -62,6 +62,14 @@ MISTAKES: dict[str, str] = {
     "scale-by-d-k": "your scores are scaled by 1/d_k: the factor is 1/sqrt(d_k)",
     "scale-multiplied": "you multiplied the scores by sqrt(d_k): divide by it",
     "scale-by-d-v": "you scaled by 1/sqrt(d_v): the factor uses the key size, 1/sqrt(d_k)",
+    "scale-by-model-width": (
+        "you scaled by 1/sqrt(H * d_k), the model's width: each head's scores use its own "
+        "size, 1/sqrt(d_k) with d_k = query.shape[-1]"
+    ),
+    "scale-by-length": (
+        "you scaled by the square root of a sequence length: the factor is 1/sqrt(d_k), "
+        "with d_k = query.shape[-1], the size of each query and key vector"
+    ),
     "scale-argument-ignored": (
         "the `scale` argument is ignored: when given, it replaces 1/sqrt(d_k)"
     ),

@@ -355,6 +355,13 @@ def _sdpa_variants(q, k, v, mask=None, scale=None) -> dict[str, tuple]:
         variants[says("scale-multiplied")] = attend(raw * math.sqrt(d_k), v, mask)
         if d_v != d_k:
             variants[says("scale-by-d-v")] = attend(raw / math.sqrt(d_v), v, mask)
+        if q.dim() == 4 and q.shape[-3] > 1:  # (B, H, T, d_k): the model width H * d_k
+            width = q.shape[-3] * d_k
+            variants[says("scale-by-model-width")] = attend(raw / math.sqrt(width), v, mask)
+        for length in dict.fromkeys((q.shape[-2], k.shape[-2])):
+            if length not in (d_k, 1):
+                variants[says("scale-by-length")] = attend(raw / math.sqrt(length), v, mask)
+                break
     variants[says("softmax-over-queries")] = attend(raw * s, v, mask, dim=-2)
     variants[says("keys-averaged")] = attend(raw * s, k, mask)
     if mask is not None and mask.dtype == torch.bool:

@@ -100,6 +100,21 @@ def sdpa_no_scaling(query, key, value, mask=None, dropout_p=0.0, scale=None):
     return weights @ value, weights
 
 
+def sdpa_scales_by_model_width(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Scales 4-D (B, H, T, d_k) scores by 1/sqrt(H * d_k), the model's width."""
+    heads = query.shape[-3] if query.dim() == 4 else 1
+    scores = query @ key.transpose(-2, -1) / math.sqrt(heads * query.shape[-1])
+    weights = _safe_softmax(_masked(scores, mask))
+    return weights @ value, weights
+
+
+def sdpa_scales_by_length(query, key, value, mask=None, dropout_p=0.0, scale=None):
+    """Scales by 1/sqrt(T), the number of queries."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-2])
+    weights = _safe_softmax(_masked(scores, mask))
+    return weights @ value, weights
+
+
 def sdpa_squeezes_batch(query, key, value, mask=None, dropout_p=0.0, scale=None):
     """Right, but `.squeeze(0)`s the result: a batch of one loses its batch axis."""
     import attention_course as ac
@@ -380,6 +395,18 @@ CATALOGUE = [
         "scale-missing",
     ),
     ("scaled_dot_product_attention", "divides by d_k", sdpa_divides_by_dk, "scale-by-d-k"),
+    (
+        "scaled_dot_product_attention",
+        "scales by the model width",
+        sdpa_scales_by_model_width,
+        "scale-by-model-width",
+    ),
+    (
+        "scaled_dot_product_attention",
+        "scales by the length",
+        sdpa_scales_by_length,
+        "scale-by-length",
+    ),
     (
         "scaled_dot_product_attention",
         "squeezes the batch axis",

@@ -195,7 +195,7 @@ def test_the_model_stays_in_the_grader_and_offers_only_its_interface():
     assert seen["type"] == "_Served" and seen["repr"] == "<OfferedModel, run by the grader>"
     for name in ("gpt", "_modules", "state_dict", "calls"):
         assert seen[name].startswith("AttributeError: "), (name, seen[name])
-    assert "it offers new_cache, eval, parameters, vocab_size, training" in seen["gpt"]
+    assert "it offers new_cache, eval, train, parameters, vocab_size, training" in seen["gpt"]
     assert seen["set"] == "AttributeError: the grader's OfferedModel is read-only here"
     assert seen["kernel object"].startswith("TypeError: the grader's model takes tensors")
     assert seen["bad ids"].startswith("ValueError: ids: got a torch.float32 tensor")
@@ -263,6 +263,30 @@ def test_the_check_cell_offers_generate_only_what_the_grader_offers(reach):
     assert not report.passed and "is not offered: the model given to generate offers" in str(
         report
     ), str(report)
+
+
+def test_generate_may_switch_the_mode_and_restore_it():
+    # an honest style the fourth simulated student found refused: train() is offered too
+    nb = json.loads((ROOT / "exercises/solutions/13_decoder_only.ipynb").read_text())
+    (twin,) = [
+        "".join(c["source"])
+        for c in nb["cells"]
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "generate"
+    ]
+    namespace: dict = {}
+    exec(compile("import torch\n\n" + twin, "<twin>", "exec"), namespace)
+    right = namespace["generate"]
+
+    def generate(model, prompt, max_new_tokens, temperature=1.0, generator=None):
+        was = model.training
+        model.eval()
+        try:
+            return right(model, prompt, max_new_tokens, temperature, generator)
+        finally:
+            model.train(was)
+
+    report = check_generate(generate)
+    assert report.passed, str(report)
 
 
 # ---------------------------------------------------------------- graded in the sandbox

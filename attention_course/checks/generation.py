@@ -242,7 +242,8 @@ def _describe(value) -> str:
 
 _OFFERED = (
     "the model given to generate offers the call model(ids, positions, cache), new_cache(), "
-    "eval(), parameters(), vocab_size and training, and its cache `length` and `positions`"
+    "eval(), train(), parameters(), vocab_size and training, and its cache `length` and "
+    "`positions` (a stand-in, not an nn.Module)"
 )
 
 
@@ -278,7 +279,7 @@ class OfferedModel:
 
     served_while_grading = (
         True,
-        ("new_cache", "eval", "parameters"),  # parameters: for `next(...).device`, by value
+        ("new_cache", "eval", "train", "parameters"),  # parameters: `next(...).device`, by value
         ("vocab_size", "training"),
     )
 
@@ -295,6 +296,10 @@ class OfferedModel:
 
     def eval(self) -> OfferedModel:
         self._model.eval()
+        return self
+
+    def train(self, mode: bool = True) -> OfferedModel:
+        self._model.train(bool(mode))
         return self
 
     def parameters(self):

@@ -47,14 +47,15 @@ def _post_and_pre(
 
 def _record(module, name: str, store: dict, handles: list) -> None:
     """Record the first input and the first output (its first element, for a tuple) of the
-    student's submodule ``name``."""
+    student's submodule ``name``, and its second and third positional inputs (an
+    attention's key and value) as ``name.in1`` and ``name.in2``."""
     sub = getattr(module, name, None)
     if not isinstance(sub, torch.nn.Module):
         raise CaseFailed(f"your layer has no submodule `{name}` (the contract names it)")
 
     def before(_, args):
-        if args:
-            store.setdefault(f"{name}.in", args[0])
+        for index, value in enumerate(args[:3]):
+            store.setdefault(f"{name}.in{index or ''}", value)
 
     def after(_, args, out):
         store.setdefault(f"{name}.out", out[0] if isinstance(out, (tuple, list)) else out)
@@ -154,6 +155,21 @@ def _expect_sublayer_inputs(seen, pairs) -> None:
                 f"between them changes its input (an extra dropout?); the {sublayer} takes "
                 f"{described} as it is, and dropout goes only on its output, "
                 f"x + dropout{k}(sublayer(...))"
+            )
+
+
+def _expect_attention_keys(store: dict, name: str, want, described: str, sublayer: str):
+    """An attention's key and value (its 2nd and 3rd positional inputs, when given so) are
+    ``want`` itself in training mode too: no dropout on them, nor on ``memory``."""
+    for index, role in ((1, "keys"), (2, "values")):
+        got = store.get(f"{name}.in{index}")
+        if not isinstance(got, torch.Tensor):
+            continue  # passed by keyword: not recorded
+        if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-6, atol=1e-7):
+            raise CaseFailed(
+                f"in training mode the {sublayer}'s {role} are not {described}: something "
+                "changes them (an extra dropout?); the attention takes them as they are, and "
+                "dropout goes only on the sublayer's output"
             )
 
 
@@ -345,6 +361,8 @@ def _encoder_dropout_case(candidate, init: dict, x, mask=None):
                 ("ffn.in", seen("norm1.out"), "norm1's output", "feed-forward network", 2),
             ]
         _expect_sublayer_inputs(seen, inputs)
+        query = seen("self_attn.in")
+        _expect_attention_keys(store, "self_attn", query, "its queries", "self-attention")
         sa, ff = seen("self_attn.out"), seen("ffn.out")
         if norm_first:
             first = seen("norm2.in") - x  # x + dropout1(sa(norm1(x))) - x
@@ -705,6 +723,9 @@ def _decoder_dropout_case(candidate, init: dict, x, memory, tgt_mask=None, memor
                 ("ffn.in", seen("norm2.out"), "norm2's output", "feed-forward network", 3),
             ]
         _expect_sublayer_inputs(seen, inputs)
+        query = seen("self_attn.in")
+        _expect_attention_keys(store, "self_attn", query, "its queries", "self-attention")
+        _expect_attention_keys(store, "cross_attn", memory, "the memory", "cross-attention")
         if norm_first:
             first = seen("norm2.in") - x
             second = seen("norm3.in") - seen("norm2.in")

@@ -105,6 +105,14 @@ class EncoderDropsSublayerInput(_EncoderBase):
         return super().forward(x, mask)
 
 
+class EncoderDropsKeysValues(_EncoderBase):
+    """A dropout on the self-attention's keys and values only (the query is right)."""
+
+    def sa(self, x, mask):
+        kv = self.dropout1(x)
+        return self.dropout1(self.self_attn(x, kv, kv, mask=mask)[0])
+
+
 class EncoderIgnoresMask(_EncoderBase):
     """Never passes the mask on to self-attention."""
 
@@ -240,6 +248,13 @@ class DecoderDropsSublayerInput(_DecoderBase):
             x = x + self.ca(self.dropout2(self.norm2(x)), memory, memory_mask)
             return x + self.dropout3(self.ffn(self.dropout3(self.norm3(x))))
         return super().forward(x, memory, tgt_mask, memory_mask)
+
+
+class DecoderDropsMemory(_DecoderBase):
+    """A dropout on the encoder memory before the cross-attention."""
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return super().forward(x, self.dropout2(memory), tgt_mask, memory_mask)
 
 
 class _DecoderWithWeights(_DecoderBase):
@@ -451,5 +466,17 @@ CATALOGUE = [
         "dropout on the sublayer's input",
         EncoderDropsSublayerInput,
         "the self-attention does not receive norm1(x)",
+    ),
+    (
+        "encoder_layer",
+        "dropout on the keys and values",
+        EncoderDropsKeysValues,
+        "the self-attention's keys are not its queries",
+    ),
+    (
+        "decoder_layer",
+        "dropout on the memory",
+        DecoderDropsMemory,
+        "the cross-attention's keys are not the memory",
     ),
 ]

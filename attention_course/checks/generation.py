@@ -72,8 +72,8 @@ GEN_NOT_GREEDY = (
     "temperature 0 means greedy decoding: take the argmax of the last logits, do not sample"
 )
 GEN_LAST_FED = (
-    "the last new token is never fed to the model: nothing uses its logits, so feeding it "
-    "wastes a forward pass; generating N tokens feeds T0 + N - 1 positions (the prompt, "
+    "you fed the last new token to the model too: nothing uses its logits, so that call "
+    "is a wasted forward pass; generating N tokens feeds T0 + N - 1 positions (the prompt, "
     "then each new token but the last), so stop after appending the last one"
 )
 GEN_TWO_CACHES = (

@@ -173,7 +173,12 @@ CATALOGUE = [
         "not the number of positions",
     ),
     ("generate", "argmax when sampling", generate_argmax_always, "you took the argmax"),
-    ("generate", "last token fed", generate_feeds_the_last_token, "you fed the last new token to the model too"),
+    (
+        "generate",
+        "last token fed",
+        generate_feeds_the_last_token,
+        "you fed the last new token to the model too",
+    ),
     ("generate", "logits[:, 0]", generate_first_position, "first position"),
     ("generate", "stale logits", generate_stale_logits, "prompt's logits"),
     ("generate", "previous token fed", generate_feeds_previous_token, "token before the new one"),

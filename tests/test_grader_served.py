@@ -313,6 +313,8 @@ def graded(tmp_path_factory):
     with contextlib.redirect_stdout(out):
         cli.main(["grade", str(klass), "--jobs", "2", "--json", "--no-progress", "--seed", "7"])
     document = json.loads(out.getvalue())
+    errors = [s for s in document["submissions"] if "tasks" not in s]
+    assert not errors, errors  # a submission that was not graded says why
     return {
         Path(s["notebook"]).stem: {t["name"]: t for t in s["tasks"]} | {"": s}
         for s in document["submissions"]

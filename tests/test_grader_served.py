@@ -217,17 +217,30 @@ def test_the_model_stays_in_the_grader_and_offers_only_its_interface():
     assert seen["range"] == (1, 3, model.vocab_size)
 
 
-def test_generate_through_the_served_model_agrees_with_the_check_cell():
-    """The solved twin's `generate` and every catalogue mistake: the same per-case verdicts
-    and diagnoses through the served model as in-process."""
-    import inspect
-
+def _twin_generate_source() -> str:
+    """The solved twin's `generate` cell of exercise 13."""
     nb = json.loads((ROOT / "exercises/solutions/13_decoder_only.ipynb").read_text())
     (twin,) = [
         "".join(c["source"])
         for c in nb["cells"]
         if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "generate"
     ]
+    return twin
+
+
+def _twin_generate():
+    """The solved twin's `generate`, as a function of this process."""
+    namespace: dict = {}
+    exec(compile("import torch\n\n" + _twin_generate_source(), "<twin>", "exec"), namespace)
+    return namespace["generate"]
+
+
+def test_generate_through_the_served_model_agrees_with_the_check_cell():
+    """The solved twin's `generate` and every catalogue mistake: the same per-case verdicts
+    and diagnoses through the served model as in-process."""
+    import inspect
+
+    twin = _twin_generate_source()
     source = "import torch\n\n" + twin + "\n\n" + inspect.getsource(buggy_generation)
     names = ["generate"] + [f.__name__ for _, _, f, _ in buggy_generation.CATALOGUE]
     with kernel_side(source) as client:
@@ -244,15 +257,7 @@ def test_generate_through_the_served_model_agrees_with_the_check_cell():
 def test_the_check_cell_offers_generate_only_what_the_grader_offers(reach):
     # a generate that reaches past the offered interface: the grader's stand-in refused it
     # while the check cell, given the real model, passed it; now both give the same offer
-    nb = json.loads((ROOT / "exercises/solutions/13_decoder_only.ipynb").read_text())
-    (twin,) = [
-        "".join(c["source"])
-        for c in nb["cells"]
-        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "generate"
-    ]
-    namespace: dict = {}
-    exec(compile("import torch\n\n" + twin, "<twin>", "exec"), namespace)
-    right = namespace["generate"]
+    right = _twin_generate()
     assert check_generate(right).passed
 
     def generate(model, prompt, max_new_tokens, temperature=1.0, generator=None):
@@ -267,15 +272,7 @@ def test_the_check_cell_offers_generate_only_what_the_grader_offers(reach):
 
 def test_generate_may_switch_the_mode_and_restore_it():
     # an honest style the fourth simulated student found refused: train() is offered too
-    nb = json.loads((ROOT / "exercises/solutions/13_decoder_only.ipynb").read_text())
-    (twin,) = [
-        "".join(c["source"])
-        for c in nb["cells"]
-        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "generate"
-    ]
-    namespace: dict = {}
-    exec(compile("import torch\n\n" + twin, "<twin>", "exec"), namespace)
-    right = namespace["generate"]
+    right = _twin_generate()
 
     def generate(model, prompt, max_new_tokens, temperature=1.0, generator=None):
         was = model.training

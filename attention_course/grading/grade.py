@@ -915,17 +915,17 @@ def _apply_findings(
     if not findings:
         return
     grade.findings = [f.to_dict() for f in findings]
-    everything = None if forbidden is None else list(forbidden)
+    record = None if forbidden is None else list(forbidden)  # None: all answer built-ins
     denied = []
     for finding in findings:
         if finding.kind == "builtin":
-            if everything is not None and not breaks_policy(finding, everything):
+            if record is not None and not breaks_policy(finding, record):
                 grade.notes.append(finding.message() + " (a note: the task does not forbid it)")
             elif allow_builtins:
                 grade.notes.append(finding.message() + " (allowed by --allow-builtins)")
             else:
                 denied.append(finding)
-        elif breaks_policy(finding, everything or []):
+        elif breaks_policy(finding, record or []):
             denied.append(finding)
         else:
             grade.notes.append(

@@ -16,18 +16,21 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ._validate import check_positive_int, check_probability, require_float, require_ndim
+from .attention import masked_softmax
 from .embedding import check_token_ids
 from .ffn import make_ffn, swiglu_hidden_size
 from .fused import AttentionMask, FusedMask
 from .kv import KVLayout
 from .kv_cache import AttentionCache, DecoderCache
-from .multihead import MultiHeadAttention, _check_heads, _split_heads
+from .multihead import MultiHeadAttention, _check_heads, _merge_heads, _split_heads
 from .norms import RMSNorm, make_norm
 from .positional import sinusoidal_positional_encoding
 from .relative_positions import attention_positions
+from .stability import check_cap, softcap
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 NORMS = ("layer", "rms")
@@ -61,6 +64,22 @@ def _check_rope_fn(rope_fn: object, pos: str | None) -> None:
         raise ValueError(f"rope_fn: got {rope_fn!r}, expected a function (x, positions) -> x")
     if pos != "rope":
         raise ValueError(f"rope_fn: given with pos={pos!r}, expected pos='rope' (it rotates q, k)")
+
+
+def _check_qk_norm_softcap(qk_norm: object, cap: object, positions) -> float | None:
+    """``qk_norm`` a bool; ``softcap`` None or a number > 0, not with scores-side positions."""
+    if not isinstance(qk_norm, bool):
+        raise ValueError(f"qk_norm: got {qk_norm!r}, expected True or False")
+    if cap is None:
+        return None
+    cap = check_cap("softcap", cap)
+    if positions is not None and getattr(positions, "on_scores", True):
+        raise ValueError(
+            "softcap: given with pos='alibi' (a position piece that acts on the scores), "
+            "expected pos=None or 'rope': ALiBi's bias travels in the additive mask, which is "
+            "added after the cap, so the bias would escape it"
+        )
+    return cap
 
 
 def causal_attention_mask(
@@ -136,6 +155,29 @@ class CausalSelfAttention(MultiHeadAttention):
     ``positions.rotate``, the cache (:meth:`~attention_course.MultiHeadAttention._remember`),
     ``layout.expand``, :meth:`~attention_course.MultiHeadAttention.attend`.
 
+    Chapter 20, keeping the scores in range:
+
+    - ``qk_norm=True`` (QK-norm as Qwen3 applies it; = Hugging Face's ``Qwen3Attention``):
+      attributes ``q_norm`` and ``k_norm``, each an :class:`~attention_course.RMSNorm`
+      ``(Dh, eps=1e-6)`` shared by the heads, normalise every head's query and key vector
+      over its ``Dh`` entries after the projections and *before* RoPE (and before the
+      cache: the cache stores normalised, rotated keys). With ``qk_norm=False`` both are
+      None. (OLMo 2 normalises the whole projection, ``RMSNorm(H * Dh)`` before the
+      heads are split; that is not this option.) Dehghani et al. (2023, "Scaling Vision
+      Transformers to 22 Billion Parameters", arXiv:2302.05442) and Wortsman et al.
+      (2023, "Small-scale proxies for large-scale Transformer training
+      instabilities", arXiv:2309.14322) use it against growing attention logits.
+    - ``softcap`` (a number > 0, or None): the scores, scaled by ``Dh^-1/2``, go through
+      :func:`~attention_course.softcap` (``cap * tanh(s / cap)``) *before* the mask and
+      the softmax (= Gemma 2's ``eager_attention_forward`` with ``softcap`` and
+      ``query_pre_attn_scalar = Dh``). PyTorch's fused ``F.scaled_dot_product_attention``
+      has no step between the product and the softmax, so a soft-capped module always
+      takes the explicit path (its :meth:`attend`: scores, cap, mask, softmax, weighted
+      sum), weights asked for or not; Hugging Face's Gemma 2 says the same with
+      ``_supports_sdpa = False`` ("sdpa does not support softcapping"). With
+      ``pos="alibi"`` it raises ``ValueError``: ALiBi's bias is carried by the additive
+      mask, which comes after the cap.
+
     An invalid value raises ``ValueError`` naming the argument
     (``num_heads % num_kv_heads != 0`` too; ``rope_fn`` without ``pos="rope"``, or not
     callable).
@@ -143,7 +185,7 @@ class CausalSelfAttention(MultiHeadAttention):
     Attention weights: ``forward(x, need_weights=True)`` returns ``(out, weights)`` with
     ``weights (B, H, T, S)`` per head (the softmax, after the mask: each row sums to 1,
     zero above the diagonal), for heatmaps (chapters 13, 17). The default returns
-    ``out`` alone, computed by PyTorch's fused kernel.
+    ``out`` alone, computed by PyTorch's fused kernel (without ``softcap``).
 
     Shapes:
         x: ``(B, T, D)``; returns ``(B, T, D)``, or ``((B, T, D), (B, H, T, S))`` with
@@ -162,6 +204,8 @@ class CausalSelfAttention(MultiHeadAttention):
         window: int | None = None,
         max_len: int = 4096,
         rope_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        qk_norm: bool = False,
+        softcap: float | None = None,
         *,
         positions=None,
         layout: KVLayout | None = None,
@@ -190,8 +234,16 @@ class CausalSelfAttention(MultiHeadAttention):
         if layout.num_kv_heads != num_heads:  # grouped keys and values (chapter 15): D -> Hkv * Dh
             self.w_k = nn.Linear(d_model, layout.num_kv_heads * self.d_head, bias=bias)
             self.w_v = nn.Linear(d_model, layout.num_kv_heads * self.d_head, bias=bias)
+        softcap = _check_qk_norm_softcap(qk_norm, softcap, positions)
         self.layout = layout
         self.positions = positions
+        self.qk_norm = qk_norm
+        self.softcap = softcap  # None: the fused kernel may run; a number: the explicit path
+        if qk_norm:  # Qwen3: one RMSNorm over Dh each for q and k, shared by the heads
+            self.q_norm = RMSNorm(self.d_head, eps=1e-6)
+            self.k_norm = RMSNorm(self.d_head, eps=1e-6)
+        else:
+            self.q_norm = self.k_norm = None
         self.num_kv_heads = layout.num_kv_heads
         self.window = layout.window
         self.pos = None if positions is None else getattr(positions, "name", None)
@@ -225,6 +277,8 @@ class CausalSelfAttention(MultiHeadAttention):
         q = _split_heads(self.w_q(x), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
         k = _split_heads(self.w_k(x), self.num_kv_heads)  # (B, T, Hkv*Dh) -> (B, Hkv, T, Dh)
         v = _split_heads(self.w_v(x), self.num_kv_heads)  # (B, T, Hkv*Dh) -> (B, Hkv, T, Dh)
+        if self.qk_norm:  # per head, over its Dh entries, before RoPE (Qwen3); same shapes
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.positions is not None:  # e.g. RoPE: rotate at absolute positions start + t
             q, k = self.positions.rotate(q, k, start)  # same shapes
         # the cache stores the Hkv heads (rotated), never the repeated copies
@@ -233,6 +287,38 @@ class CausalSelfAttention(MultiHeadAttention):
         k, v = self.layout.expand(k, v)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
         out, weights = self.attend(q, k, v, mask, need_weights)
         return (out, weights) if need_weights else out
+
+    def attend(self, q, k, v, mask=None, need_weights: bool = True):
+        """:meth:`MultiHeadAttention.attend <attention_course.MultiHeadAttention.attend>`,
+        with the scores soft-capped when ``softcap`` is set.
+
+        A soft-capped module takes the explicit path whether or not weights are asked for
+        (the fused kernel cannot cap): ``scores = (q / sqrt(Dh)) @ kᵀ``, then
+        ``softcap(scores, cap)``, then the mask (:func:`~attention_course.masked_softmax`),
+        dropout on the weights in training, ``weights @ v`` and ``w_o``. The cap comes
+        before the mask, as in Gemma 2: a hidden key stays hidden. Returns the weights
+        (after the cap and the mask) only with ``need_weights``.
+
+        Shapes: q ``(B, H, T, Dh)``; k, v ``(B, H, S, Dh)``; returns ``(B, T, D)`` and
+        ``(B, H, T, S)`` or None.
+        """
+        if self.softcap is None:
+            return super().attend(q, k, v, mask, need_weights)
+        if isinstance(mask, AttentionMask):
+            mask = mask.dense
+        elif isinstance(mask, FusedMask):  # back to a plain additive mask (-inf = hidden)
+            empty = mask.empty
+            mask = mask.additive
+            if empty is not None:
+                mask = mask.masked_fill(empty, float("-inf"))
+        scores = (q * self.d_head**-0.5) @ k.transpose(-2, -1)  # (B, H, T, S)
+        scores = softcap(scores, self.softcap)  # into (-cap, cap), before the mask
+        weights = masked_softmax(scores, mask)  # hidden keys get exactly 0
+        if self.training and self.dropout > 0.0:
+            weights = F.dropout(weights, p=self.dropout, training=True)
+        heads = weights @ v  # (B, H, T, S) @ (B, H, S, Dh) -> (B, H, T, Dh)
+        out = self.w_o(_merge_heads(heads))  # (B, T, D)
+        return out, (weights if need_weights else None)
 
 
 class GPTBlock(nn.Module):
@@ -257,6 +343,8 @@ class GPTBlock(nn.Module):
         num_kv_heads: int | None = None,
         window: int | None = None,
         rope_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        qk_norm: bool = False,
+        softcap: float | None = None,
         *,
         positions=None,
         layout: KVLayout | None = None,
@@ -272,6 +360,8 @@ class GPTBlock(nn.Module):
             window=window,
             max_len=max_len,
             rope_fn=rope_fn,
+            qk_norm=qk_norm,
+            softcap=softcap,
             positions=positions,
             layout=layout,
         )
@@ -343,7 +433,12 @@ class GPT(nn.Module):
     the rotation, e.g. by another layout); ``num_kv_heads``
     (grouped keys and values) and ``window`` (sliding-window attention, with a rolling
     KV cache from :meth:`new_cache`) (chapter 15); ``norm`` "layer" and "rms", ``ffn``
-    "relu", "gelu" and "swiglu" (chapter 16); ``ffn="none"`` (chapter 17).
+    "relu", "gelu" and "swiglu" (chapter 16); ``ffn="none"`` (chapter 17); ``qk_norm``
+    and ``softcap`` in every layer's attention (chapter 20: see
+    :class:`CausalSelfAttention`; ``softcap`` with ``pos="alibi"`` raises ``ValueError``)
+    and ``final_softcap``, :func:`~attention_course.softcap` on the output logits
+    (Gemma 2's ``final_logit_softcapping``: ``logits = cap * tanh(logits / cap)`` after
+    the head).
 
     ``forward(ids, return_attention=True)`` also returns a list with each layer's
     attention weights ``(B, H, T, S)``. With ``cache`` (from :meth:`new_cache`) ``ids``
@@ -376,6 +471,9 @@ class GPT(nn.Module):
         window: int | None = None,
         tie_weights: bool = True,
         rope_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        qk_norm: bool = False,
+        softcap: float | None = None,
+        final_softcap: float | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -403,6 +501,9 @@ class GPT(nn.Module):
         _check_rope_fn(rope_fn, pos)
         attention_pos = pos if pos in ("rope", "alibi") else None  # inside attention (ch. 14)
         attention_pieces = attention_positions(attention_pos, num_heads, rope_fn)
+        _check_qk_norm_softcap(qk_norm, softcap, attention_pieces)  # chapter 20
+        if final_softcap is not None:
+            final_softcap = check_cap("final_softcap", final_softcap)
 
         self.vocab_size = vocab_size
         self.d_model = d_model
@@ -419,6 +520,9 @@ class GPT(nn.Module):
         self.num_kv_heads = num_kv_heads
         self.window = window
         self.rope_fn = rope_fn
+        self.qk_norm = qk_norm
+        self.softcap = softcap
+        self.final_softcap = final_softcap
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         if pos == "learned":
             self.pos_emb = nn.Embedding(max_len, d_model)
@@ -437,6 +541,8 @@ class GPT(nn.Module):
                 ffn,
                 max_len,
                 norm,
+                qk_norm=qk_norm,
+                softcap=softcap,
                 positions=attention_pieces,
                 layout=kv_layout,
             )
@@ -475,6 +581,9 @@ class GPT(nn.Module):
             "num_kv_heads": self.num_kv_heads,
             "window": self.window,
             "rope_fn": rope_fn,
+            "qk_norm": self.qk_norm,
+            "softcap": self.softcap,
+            "final_softcap": self.final_softcap,
         }
 
     @torch.no_grad()
@@ -542,6 +651,8 @@ class GPT(nn.Module):
                 x, w = x
                 weights.append(w)
         logits = self.head(self.norm(x))  # (B, T, D) -> (B, T, V)
+        if self.final_softcap is not None:  # Gemma 2: every logit into (-cap, cap)
+            logits = softcap(logits, self.final_softcap)
         return (logits, weights) if return_attention else logits
 
 

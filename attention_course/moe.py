@@ -1,0 +1,193 @@
+"""Mixture of experts (混合专家, chapter 21): a sparse feed-forward layer and its balancing loss.
+
+A mixture-of-experts layer replaces a block's one feed-forward network by ``E`` of them
+(the *experts*, here :class:`~attention_course.SwiGLU` networks) and a *router* that
+sends every token to ``k`` of them. The parameters grow with ``E``; the work per token
+grows with ``k`` only. Shazeer et al. (2017, "Outrageously Large Neural Networks: The
+Sparsely-Gated Mixture-of-Experts Layer", arXiv:1701.06538) introduced the sparsely
+gated layer; Switch Transformers (Fedus, Zoph & Shazeer, 2021/2022, "Switch
+Transformers: Scaling to Trillion Parameter Models with Simple and Efficient
+Sparsity", arXiv:2101.03961, eqs. 4-6) its load-balancing loss; Mixtral (Jiang et al.,
+2024, "Mixtral of Experts", arXiv:2401.04088) the routing used here (softmax, top-2,
+weights renormalised); DeepSeekMoE (Dai et al., 2024, arXiv:2401.06066) the shared
+experts that every token passes through.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._validate import LOW_PRECISION, check_positive_int, require_float, require_ndim, shape_str
+from .ffn import SwiGLU
+
+
+def _check_top_k(top_k: object, num_experts: int) -> None:
+    check_positive_int("top_k", top_k)
+    if top_k > num_experts:
+        raise ValueError(
+            f"top_k: got {top_k}, expected at most num_experts={num_experts} (a token cannot "
+            "pick more experts than there are)"
+        )
+
+
+def _router_probabilities(router_logits: torch.Tensor) -> torch.Tensor:
+    """Softmax over the experts, in float32 for half-precision logits (as Hugging Face)."""
+    dtype = torch.float32 if router_logits.dtype in LOW_PRECISION else router_logits.dtype
+    return torch.softmax(router_logits.to(dtype), dim=-1)  # (N, E), rows sum to 1
+
+
+class MoE(nn.Module):
+    """A sparse mixture-of-experts feed-forward layer with top-k routing (= Mixtral's).
+
+    For each token ``x`` (a row of the ``N = B * T`` tokens):
+
+    1. the router's logits ``r = router(x)``, ``(E,)``; probabilities ``p = softmax(r)``
+       over all ``E`` experts (softmax *before* the top-k);
+    2. the ``k`` largest probabilities and their experts; their weights renormalised to
+       sum to 1, ``g_i = p_i / Σ_{j in top-k} p_j``;
+    3. ``out = Σ_{i in top-k} g_i · expert_i(x)``, plus ``shared(x)`` (weight 1) when
+       ``num_shared > 0``.
+
+    Routing is per token: two tokens of one sequence may use different experts. The order
+    "softmax, then top-k, then renormalise" gives the same weights as a softmax over the
+    ``k`` largest logits alone (``e^{r_i} / Σ_{top-k} e^{r_j} = p_i / Σ_{top-k} p_j``);
+    the orders differ only without the renormalisation, e.g. Switch Transformers' ``k =
+    1``, which scales the expert's output by its unrenormalised ``p_i``.
+
+    Attributes: ``router`` (``nn.Linear(D, E, bias=False)``), ``experts`` (an
+    ``nn.ModuleList`` of ``E`` :class:`~attention_course.SwiGLU` ``(D, d_ff)``, bias-free),
+    ``shared`` (None, or one ``SwiGLU(D, num_shared * d_ff)``: DeepSeekMoE's
+    ``num_shared`` shared experts of width ``d_ff`` fused into one network, the way
+    Hugging Face's ``DeepseekV3MoE`` builds its ``shared_experts``), ``num_experts``,
+    ``top_k``, ``num_shared``.
+
+    Parameters: total ``3·D·F·(E + num_shared) + D·E``; active per token (used for one
+    token) ``3·D·F·(k + num_shared) + D·E``.
+
+    Hugging Face: ``MixtralSparseMoeBlock`` (``transformers.models.mixtral``; eval mode,
+    no router jitter), which stores the experts' weights fused, as 3-D parameters:
+    ``gate.weight`` is ``router.weight``; ``experts.gate_up_proj[e]`` ``(2F, D)`` is
+    ``experts[e].w1.weight`` (gate) stacked over ``experts[e].w3.weight`` (up), and
+    ``experts.down_proj[e]`` ``(D, F)`` is ``experts[e].w2.weight``. Its block returns
+    the output alone; the router logits come from its ``gate``.
+
+    Cost. :meth:`forward` loops over the experts in Python: each expert gathers its
+    tokens, runs its three matrix products on them, and adds its weighted output back
+    (``index_add_``). The arithmetic is ``k`` experts' worth per token, whatever ``E``
+    is; but it is split into ``E`` small matrix products of uneven sizes, with a gather,
+    a scatter and the Python overhead of each call, so on a CPU, with small widths and
+    few tokens per expert, a mixture runs slower per token than a dense FFN with the
+    same active parameters (chapter 21 measures it). GPU kernels avoid the loop with a
+    *grouped* matrix product (grouped GEMM): the tokens are sorted by expert and one
+    kernel launch multiplies every group by its own expert's weights (MegaBlocks: Gale et
+    al., 2022, "MegaBlocks: Efficient Sparse Training with Mixture-of-Experts",
+    arXiv:2211.15841; PyTorch's ``torch.nn.functional.grouped_mm``, which Hugging Face's
+    ``experts_implementation="grouped_mm"`` calls), instead of one launch per expert, and
+    without padding every expert to a fixed capacity.
+
+    Shapes:
+        x: ``(B, T, D)``; returns ``out (B, T, D)`` and ``router_logits (B·T, E)`` (for
+        :func:`load_balancing_loss`).
+
+    Raises:
+        ValueError: a size not a positive integer, ``num_shared < 0``, ``top_k >
+        num_experts``; ``x`` not a float ``(B, T, D)``.
+    """
+
+    def __init__(
+        self, d_model: int, d_ff: int, num_experts: int, top_k: int = 2, num_shared: int = 0
+    ) -> None:
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        check_positive_int("d_ff", d_ff)
+        check_positive_int("num_experts", num_experts)
+        _check_top_k(top_k, num_experts)
+        if isinstance(num_shared, bool) or not isinstance(num_shared, int) or num_shared < 0:
+            raise ValueError(f"num_shared: got {num_shared!r}, expected an integer >= 0")
+        self.d_model = d_model
+        self.d_ff = d_ff
+        self.num_experts = num_experts
+        self.top_k = top_k
+        self.num_shared = num_shared
+        self.router = nn.Linear(d_model, num_experts, bias=False)
+        self.experts = nn.ModuleList(SwiGLU(d_model, d_ff) for _ in range(num_experts))
+        self.shared = SwiGLU(d_model, num_shared * d_ff) if num_shared > 0 else None
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The router's decision for tokens ``x (N, D)``: ``(router_logits (N, E),
+        weights (N, k), experts (N, k))``; ``weights`` are the top-k probabilities
+        renormalised to sum to 1 (float32 for half-precision inputs), ``experts`` their
+        indices, largest first."""
+        router_logits = self.router(x)  # (N, D) -> (N, E)
+        probs = _router_probabilities(router_logits)  # softmax over all E, then top-k
+        weights, experts = torch.topk(probs, self.top_k, dim=-1)  # (N, k) each
+        weights = weights / weights.sum(dim=-1, keepdim=True)  # the k weights sum to 1
+        return router_logits, weights, experts
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        require_float("x", x)
+        require_ndim("x", x, (3,), f"(B, T, d_model={self.d_model})")
+        if x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x: got shape {shape_str(x.shape)}, expected (B, T, d_model={self.d_model})"
+            )
+        B, T, D = x.shape
+        tokens = x.reshape(B * T, D)  # routing is per token: (N, D)
+        router_logits, weights, chosen = self.route(tokens)
+        out = torch.zeros_like(tokens)  # (N, D)
+        for e, expert in enumerate(self.experts):
+            token, slot = torch.where(chosen == e)  # the tokens that picked e, and in which slot
+            if token.numel() == 0:
+                continue  # no token for this expert: no work
+            y = expert(tokens[token])  # (n_e, D)
+            y = y * weights[token, slot, None].to(y.dtype)  # its renormalised weight
+            out.index_add_(0, token, y)  # (N, D): each token sums its k experts
+        if self.shared is not None:  # DeepSeekMoE: every token, weight 1
+            out = out + self.shared(tokens)
+        return out.reshape(B, T, D), router_logits
+
+
+def load_balancing_loss(router_logits: torch.Tensor, num_experts: int, top_k: int) -> torch.Tensor:
+    """The auxiliary load-balancing loss of Switch Transformers, in Mixtral's top-k form.
+
+    .. math:: L = E \\sum_{e=1}^{E} f_e \\, P_e
+
+    ``f_e``: the fraction of the ``N`` tokens that picked expert ``e`` in one of their
+    ``k`` slots (so ``Σ_e f_e = k``); ``P_e``: the mean over the tokens of the router's
+    probability for ``e`` (softmax over all ``E`` logits). ``f`` counts hard choices and
+    carries no gradient; the gradient reaches the router through ``P``. Perfectly even
+    routing (every ``f_e = k/E``, every ``P_e = 1/E``) gives ``L = k``; all tokens on the
+    same ``k`` experts with probability near 1 gives up to ``E``. Fedus et al. (2022,
+    arXiv:2101.03961, eqs. 4-6) define it for ``k = 1`` (and multiply it by a small
+    coefficient ``α`` when adding it to the loss; so does Mixtral's
+    ``router_aux_loss_coef``).
+
+    Hugging Face: ``load_balancing_loss_func`` (``transformers.models.mixtral``) without
+    ``attention_mask``, given one layer's logits (a tuple of layers there concatenates
+    their tokens; here, ``torch.cat`` them).
+
+    Shapes:
+        router_logits: ``(N, E)`` (:class:`MoE`'s second output); returns a scalar.
+
+    Raises:
+        ValueError: ``router_logits`` not a float ``(N, E)`` with ``E = num_experts`` and
+        ``N >= 1``; ``top_k`` not in ``1 .. num_experts``.
+    """
+    check_positive_int("num_experts", num_experts)
+    _check_top_k(top_k, num_experts)
+    require_float("router_logits", router_logits)
+    require_ndim("router_logits", router_logits, (2,), f"(N, num_experts={num_experts})")
+    N, E = router_logits.shape
+    if E != num_experts or N == 0:
+        raise ValueError(
+            f"router_logits: got shape {shape_str(router_logits.shape)}, expected (N, "
+            f"num_experts={num_experts}) with N >= 1"
+        )
+    probs = _router_probabilities(router_logits)  # (N, E)
+    chosen = torch.topk(probs, top_k, dim=-1).indices  # (N, k)
+    picked = F.one_hot(chosen, num_experts).sum(dim=1)  # (N, E): 1 where e is in the top-k
+    f = picked.to(probs.dtype).mean(dim=0)  # (E,) fraction of tokens that picked e
+    P = probs.mean(dim=0)  # (E,) mean router probability
+    return num_experts * (f * P).sum()

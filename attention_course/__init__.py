@@ -27,7 +27,8 @@ None)``, with the weights per head, ``(B, H, T, S)``, as PyTorch gives them with
 ``average_attn_weights=False`` (PyTorch averages over the heads by default).
 ``CausalSelfAttention`` and ``GPTBlock``, built for speed inside a GPT, default to
 ``need_weights=False`` and then return the output alone, so that PyTorch's fused kernel
-runs unless weights are asked for.
+runs unless weights are asked for (or the scores are soft-capped, chapter 20: the kernel
+has no step for the cap).
 
 Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``masking`` 5,
 ``multihead`` 6, ``norms`` 7 and 16 (RMSNorm), ``ffn`` 8 and 16 (SwiGLU), ``positional`` 9

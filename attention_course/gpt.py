@@ -162,11 +162,13 @@ class CausalSelfAttention(MultiHeadAttention):
       ``(Dh, eps=1e-6)`` shared by the heads, normalise every head's query and key vector
       over its ``Dh`` entries after the projections and *before* RoPE (and before the
       cache: the cache stores normalised, rotated keys). With ``qk_norm=False`` both are
-      None. (OLMo 2 normalises the whole projection, ``RMSNorm(H * Dh)`` before the
-      heads are split; that is not this option.) Dehghani et al. (2023, "Scaling Vision
-      Transformers to 22 Billion Parameters", arXiv:2302.05442) and Wortsman et al.
-      (2023, "Small-scale proxies for large-scale Transformer training
-      instabilities", arXiv:2309.14322) use it against growing attention logits.
+      None. (OLMo 2 normalises the whole projection before the heads are split,
+      ``RMSNorm(H * Dh)`` on the queries and ``RMSNorm(Hkv * Dh)`` on the keys in Hugging
+      Face's ``Olmo2Attention``; that is not this option.) Dehghani et al. (2023, "Scaling
+      Vision Transformers to 22 Billion Parameters", arXiv:2302.05442) and Wortsman et al.
+      (2023, "Small-scale proxies for large-scale Transformer training instabilities",
+      arXiv:2309.14322) apply a LayerNorm to the queries and keys (QK-layernorm) against
+      growing attention logits; Qwen3 uses an RMSNorm.
     - ``softcap`` (a number > 0, or None): the scores, scaled by ``Dh^-1/2``, go through
       :func:`~attention_course.softcap` (``cap * tanh(s / cap)``) *before* the mask and
       the softmax (= Gemma 2's ``eager_attention_forward`` with ``softcap`` and

@@ -219,6 +219,16 @@ EXEMPT: dict[tuple[str, str], str] = {
         "tests/test_cache_structure.py); exercise 13 asks for (d_model, num_heads, bias, "
         "dropout) only"
     ),
+    ("causal_self_attention", "qk_norm"): (
+        "QK-norm is chapter 20's (tested against Qwen3Attention in "
+        "tests/test_qknorm_softcap.py); exercise 13 asks for (d_model, num_heads, bias, "
+        "dropout) only"
+    ),
+    ("causal_self_attention", "softcap"): (
+        "soft-capped scores are chapter 20's (tested against Gemma 2 in "
+        "tests/test_qknorm_softcap.py); exercise 13 asks for (d_model, num_heads, bias, "
+        "dropout) only"
+    ),
     ("causal_self_attention", "max_len"): (
         "a bound for the positions of chapter 14; unused by exercise 13's module"
     ),

@@ -76,16 +76,19 @@ class MoE(nn.Module):
     Cost. :meth:`forward` loops over the experts in Python: each expert gathers its
     tokens, runs its three matrix products on them, and adds its weighted output back
     (``index_add_``). The arithmetic is ``k`` experts' worth per token, whatever ``E``
-    is; but it is split into ``E`` small matrix products of uneven sizes, with a gather,
-    a scatter and the Python overhead of each call, so on a CPU, with small widths and
-    few tokens per expert, a mixture runs slower per token than a dense FFN with the
-    same active parameters (chapter 21 measures it). GPU kernels avoid the loop with a
-    *grouped* matrix product (grouped GEMM): the tokens are sorted by expert and one
-    kernel launch multiplies every group by its own expert's weights (MegaBlocks: Gale et
+    is; but it comes as ``E`` small matrix products of uneven sizes, each with a gather,
+    a scatter and the overhead of a Python call, and on a CPU, with small widths and few
+    tokens per expert, a small product keeps the cores less busy than one large product
+    would, while the per-call overhead does not shrink with the work (chapter 21 measures
+    the throughput against a dense FFN). GPU implementations avoid the loop with a
+    *grouped* matrix product (grouped GEMM): the ``N·k`` (token, expert) pairs are sorted
+    by expert, and one kernel multiplies each contiguous group by its own expert's
+    weights, given the groups' offsets (PyTorch's ``torch.nn.functional.grouped_mm``,
+    which Hugging Face's ``experts_implementation="grouped_mm"`` calls): one launch
+    instead of one per expert, and no padding of every expert to a fixed capacity (Switch
+    Transformers' capacity factor, which drops the tokens beyond it). MegaBlocks (Gale et
     al., 2022, "MegaBlocks: Efficient Sparse Training with Mixture-of-Experts",
-    arXiv:2211.15841; PyTorch's ``torch.nn.functional.grouped_mm``, which Hugging Face's
-    ``experts_implementation="grouped_mm"`` calls), instead of one launch per expert, and
-    without padding every expert to a fixed capacity.
+    arXiv:2211.15841) reaches the same end with block-sparse matrix products.
 
     Shapes:
         x: ``(B, T, D)``; returns ``out (B, T, D)`` and ``router_logits (B·T, E)`` (for

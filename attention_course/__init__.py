@@ -35,7 +35,8 @@ Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``m
 (PyTorch's kernel, the one mask per forward), ``kv_cache`` and ``tiled`` 12, ``gpt``,
 ``sampling``, ``tokenizer`` and ``ngram`` 13, ``train`` 3, 10, 11 and 13,
 ``relative_positions`` 14 (RoPE, ALiBi, the position pieces attention is given), ``kv``
-15 (and the key/value layout piece), ``interpret`` 17; ``checks`` and ``quiz`` for the
+15 (and the key/value layout piece), ``interpret`` 17, ``sinks`` 19 (attention sinks:
+StreamingLLM's kept first tokens, gpt-oss's learned sink logit); ``checks`` and ``quiz`` for the
 exercises, ``grading`` for instructors. The README has this map as a table, with the
 data modules and the helpers every chapter uses.
 """
@@ -87,6 +88,10 @@ from .train import evaluate_lm, train_language_model
 # Part V, chapter 16: the modern block.
 from .ffn import SwiGLU
 from .norms import RMSNorm
+
+# isort: split
+# Part VI, chapter 19: attention sinks.
+from .sinks import StreamingAttentionCache, sink_attention, streaming_mask
 
 __version__ = "0.1.0"
 
@@ -144,4 +149,8 @@ __all__ = [
     "apply_rope",
     "repeat_kv",
     "sliding_window_mask",
+    # Part VI
+    "StreamingAttentionCache",
+    "sink_attention",
+    "streaming_mask",
 ]

@@ -8,7 +8,7 @@ import types
 import pytest
 import torch
 
-from attention_course import GPT, CausalSelfAttention, sliding_window_mask
+from attention_course import GPT, CausalSelfAttention, repeat_kv, sliding_window_mask
 from attention_course.attention import scaled_dot_product_attention
 from attention_course.kv import KVLayout, RollingAttentionCache
 from attention_course.kv_cache import DecoderCache
@@ -113,17 +113,20 @@ def test_sink_attention_half_precision_and_grads():
     assert sinks.grad is not None and bool((sinks.grad != 0).all())
 
 
-def test_sink_attention_equals_hf_gpt_oss_eager():
+@pytest.mark.parametrize("groups", [1, 2])
+def test_sink_attention_equals_hf_gpt_oss_eager(groups):
     pytest.importorskip("transformers")
     from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 
     q, k, v, sinks = _qkv(B=2, H=4, T=5, S=5, Dk=8, Dv=8)
+    k, v = k[:, : 4 // groups], v[:, : 4 // groups]  # Hkv = H / groups key/value heads
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
     additive = torch.zeros(5, 5, dtype=torch.float64).masked_fill(~causal, float("-inf"))
     # the attributes eager_attention_forward reads from its module
-    module = types.SimpleNamespace(sinks=sinks, num_key_value_groups=1, training=False)
+    module = types.SimpleNamespace(sinks=sinks, num_key_value_groups=groups, training=False)
     scale = 8**-0.5
     hf_out, hf_w = eager_attention_forward(module, q, k, v, additive[None, None], scale)
+    k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # ours takes H heads
     out, w = sink_attention(q, k, v, sinks, mask=causal)
     torch.testing.assert_close(w, hf_w)
     torch.testing.assert_close(out.transpose(1, 2), hf_out)  # HF returns (B, T, H, Dv)

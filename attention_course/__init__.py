@@ -36,9 +36,10 @@ Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``m
 (PyTorch's kernel, the one mask per forward), ``kv_cache`` and ``tiled`` 12, ``gpt``,
 ``sampling``, ``tokenizer`` and ``ngram`` 13, ``train`` 3, 10, 11 and 13,
 ``relative_positions`` 14 (RoPE, ALiBi, the position pieces attention is given), ``kv``
-15 (and the key/value layout piece), ``interpret`` 17, ``stability`` 20 (soft-capping;
-QK-norm and the caps are options of ``gpt``'s attention and model), ``moe`` 21 (mixture of
-experts, the load-balancing loss); ``checks`` and ``quiz`` for the
+15 (and the key/value layout piece), ``interpret`` 17, ``sinks`` 19 (attention sinks:
+StreamingLLM's kept first tokens, gpt-oss's learned sink logit), ``stability`` 20
+(soft-capping; QK-norm and the caps are options of ``gpt``'s attention and model), ``moe``
+21 (mixture of experts, the load-balancing loss); ``checks`` and ``quiz`` for the
 exercises, ``grading`` for instructors. The README has this map as a table, with the
 data modules and the helpers every chapter uses.
 """
@@ -92,8 +93,9 @@ from .ffn import SwiGLU
 from .norms import RMSNorm
 
 # isort: split
-# Part VI, chapters 20-21: logits kept in range, mixture of experts.
+# Part VI: attention sinks (chapter 19), logits kept in range (20), mixture of experts (21).
 from .moe import MoE, load_balancing_loss
+from .sinks import StreamingAttentionCache, sink_attention, streaming_mask
 from .stability import softcap
 
 __version__ = "0.1.0"
@@ -153,6 +155,9 @@ __all__ = [
     "repeat_kv",
     "sliding_window_mask",
     # Part VI
+    "StreamingAttentionCache",
+    "sink_attention",
+    "streaming_mask",
     "MoE",
     "load_balancing_loss",
     "softcap",

@@ -30,6 +30,7 @@ from .multihead import MultiHeadAttention, _check_heads, _merge_heads, _split_he
 from .norms import RMSNorm, make_norm
 from .positional import sinusoidal_positional_encoding
 from .relative_positions import attention_positions
+from .sinks import _sink_weights
 from .stability import check_cap, softcap
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
@@ -155,6 +156,16 @@ class CausalSelfAttention(MultiHeadAttention):
     ``positions.rotate``, the cache (:meth:`~attention_course.MultiHeadAttention._remember`),
     ``layout.expand``, :meth:`~attention_course.MultiHeadAttention.attend`.
 
+    Chapter 19: ``sinks=True`` gives each head one learned sink logit, the parameter
+    ``sinks (H,)`` (gpt-oss): every row's softmax also runs over it and its share is
+    dropped (:func:`~attention_course.sinks.sink_attention`; rows sum to < 1). It starts at
+    0 (Hugging Face's port draws N(0, 0.02); 0 leaves every other weight's random draw as
+    in the model without sinks). Attention then always takes that path (PyTorch's fused
+    kernel has no sink), and dropout, if any, drops weights after the sink's share is
+    removed (as gpt-oss's ``eager_attention_forward``). A layout with ``num_sink``
+    (StreamingLLM's kept first tokens) is another thing: positions the window keeps, not
+    a parameter.
+
     Chapter 20, keeping the scores in range:
 
     - ``qk_norm=True`` (QK-norm as Qwen3 applies it; = Hugging Face's ``Qwen3Attention``):
@@ -211,8 +222,11 @@ class CausalSelfAttention(MultiHeadAttention):
         *,
         positions=None,
         layout: KVLayout | None = None,
+        sinks: bool = False,
     ) -> None:
         super().__init__(d_model, num_heads, dropout=dropout, bias=bias)
+        if not isinstance(sinks, bool):
+            raise ValueError(f"sinks: got {sinks!r}, expected True or False")
         if layout is None:
             layout = KVLayout(num_heads, num_kv_heads, window)
         elif not isinstance(layout, KVLayout) or layout.num_heads != num_heads:
@@ -252,6 +266,8 @@ class CausalSelfAttention(MultiHeadAttention):
         self.max_len = max_len
         # a function given by the caller, not a closure over weights
         self.rope_fn = getattr(positions, "rotate_fn", None)
+        # gpt-oss's learned sinks (chapter 19): one logit per head, or None
+        self.sinks = nn.Parameter(torch.zeros(num_heads)) if sinks else None
 
     def forward(
         self,
@@ -292,30 +308,36 @@ class CausalSelfAttention(MultiHeadAttention):
 
     def attend(self, q, k, v, mask=None, need_weights: bool = True):
         """:meth:`MultiHeadAttention.attend <attention_course.MultiHeadAttention.attend>`,
-        with the scores soft-capped when ``softcap`` is set.
+        or, with ``softcap`` or learned ``sinks``, the explicit path that has a step for them.
 
-        A soft-capped module takes the explicit path whether or not weights are asked for
-        (the fused kernel cannot cap): ``scores = (q / sqrt(Dh)) @ kᵀ``, then
-        ``softcap(scores, cap)``, then the mask (:func:`~attention_course.masked_softmax`),
-        dropout on the weights in training, ``weights @ v`` and ``w_o``. The cap comes
-        before the mask, as in Gemma 2: a hidden key stays hidden. Returns the weights
-        (after the cap and the mask) only with ``need_weights``.
+        PyTorch's fused kernel has no step between the scores and the softmax, so a module
+        with either takes this path whether or not weights are asked for: ``scores =
+        (q / sqrt(Dh)) @ kᵀ``, then ``softcap(scores, cap)`` (chapter 20; before the mask,
+        as in Gemma 2: a hidden key stays hidden), then the softmax under the mask
+        (:func:`~attention_course.masked_softmax`; with ``sinks``, chapter 19, over the scores
+        and the head's sink logit, the sink's share dropped), dropout on the weights in
+        training (after the sink's drop, as gpt-oss), ``weights @ v`` and ``w_o``. Returns
+        the weights (after the cap and the mask) only with ``need_weights``.
 
         Shapes: q ``(B, H, T, Dh)``; k, v ``(B, H, S, Dh)``; returns ``(B, T, D)`` and
         ``(B, H, T, S)`` or None.
         """
-        if self.softcap is None:
+        if self.softcap is None and self.sinks is None:
             return super().attend(q, k, v, mask, need_weights)
         if isinstance(mask, AttentionMask):
-            mask = mask.dense
+            mask = mask.dense  # bool or additive float, or None
         elif isinstance(mask, FusedMask):  # back to a plain additive mask (-inf = hidden)
             empty = mask.empty
             mask = mask.additive
             if empty is not None:
                 mask = mask.masked_fill(empty, float("-inf"))
         scores = (q * self.d_head**-0.5) @ k.transpose(-2, -1)  # (B, H, T, S)
-        scores = softcap(scores, self.softcap)  # into (-cap, cap), before the mask
-        weights = masked_softmax(scores, mask)  # hidden keys get exactly 0
+        if self.softcap is not None:
+            scores = softcap(scores, self.softcap)  # into (-cap, cap), before the mask
+        if self.sinks is None:
+            weights = masked_softmax(scores, mask)  # hidden keys get exactly 0
+        else:  # rows sum to < 1: the sink's share is dropped
+            weights = _sink_weights(scores, self.sinks, mask).to(q.dtype)
         if self.training and self.dropout > 0.0:
             weights = F.dropout(weights, p=self.dropout, training=True)
         heads = weights @ v  # (B, H, T, S) @ (B, H, S, Dh) -> (B, H, T, Dh)
@@ -350,6 +372,7 @@ class GPTBlock(nn.Module):
         *,
         positions=None,
         layout: KVLayout | None = None,
+        sinks: bool = False,
     ) -> None:
         super().__init__()
         self.norm1 = make_norm(norm, d_model)
@@ -366,6 +389,7 @@ class GPTBlock(nn.Module):
             softcap=softcap,
             positions=positions,
             layout=layout,
+            sinks=sinks,
         )
         if ffn == "none":  # attention-only (chapter 17): no FFN, so no norm before it
             self.norm2, self.ffn = nn.Identity(), None
@@ -435,7 +459,10 @@ class GPT(nn.Module):
     the rotation, e.g. by another layout); ``num_kv_heads``
     (grouped keys and values) and ``window`` (sliding-window attention, with a rolling
     KV cache from :meth:`new_cache`) (chapter 15); ``norm`` "layer" and "rms", ``ffn``
-    "relu", "gelu" and "swiglu" (chapter 16); ``ffn="none"`` (chapter 17); ``qk_norm``
+    "relu", "gelu" and "swiglu" (chapter 16); ``ffn="none"`` (chapter 17); ``num_sink``
+    (with ``window``: StreamingLLM's kept first tokens, :func:`~attention_course.sinks.
+    streaming_mask`) and ``sinks`` (gpt-oss's learned sink logit per head,
+    :func:`~attention_course.sinks.sink_attention`) (chapter 19); ``qk_norm``
     and ``softcap`` in every layer's attention (chapter 20: see
     :class:`CausalSelfAttention`; ``softcap`` with ``pos="alibi"`` raises ``ValueError``)
     and ``final_softcap``, :func:`~attention_course.softcap` on the output logits
@@ -473,6 +500,8 @@ class GPT(nn.Module):
         window: int | None = None,
         tie_weights: bool = True,
         rope_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        num_sink: int = 0,
+        sinks: bool = False,
         qk_norm: bool = False,
         softcap: float | None = None,
         final_softcap: float | None = None,
@@ -499,7 +528,14 @@ class GPT(nn.Module):
         # The pieces every layer's attention is given (one of each, shared): the key/value
         # layout (chapter 15) and the positions inside attention (chapter 14); their own
         # checks and messages.
-        kv_layout = KVLayout(num_heads, num_kv_heads, window)
+        kv_layout = KVLayout(num_heads, num_kv_heads, window, num_sink)
+        if num_sink and pos == "alibi":
+            raise ValueError(
+                "num_sink: given with pos='alibi', expected another pos (ALiBi's bias assumes "
+                "the keys a cache returns are consecutive positions; the kept sinks are not)"
+            )
+        if not isinstance(sinks, bool):
+            raise ValueError(f"sinks: got {sinks!r}, expected True or False")
         _check_rope_fn(rope_fn, pos)
         attention_pos = pos if pos in ("rope", "alibi") else None  # inside attention (ch. 14)
         attention_pieces = attention_positions(attention_pos, num_heads, rope_fn)
@@ -522,6 +558,8 @@ class GPT(nn.Module):
         self.num_kv_heads = num_kv_heads
         self.window = window
         self.rope_fn = rope_fn
+        self.num_sink = num_sink
+        self.sinks = sinks  # learned sink logits in every layer (chapter 19)
         self.qk_norm = qk_norm
         self.softcap = softcap
         self.final_softcap = final_softcap
@@ -547,6 +585,7 @@ class GPT(nn.Module):
                 softcap=softcap,
                 positions=attention_pieces,
                 layout=kv_layout,
+                sinks=sinks,
             )
             for _ in range(num_layers)
         )
@@ -583,6 +622,8 @@ class GPT(nn.Module):
             "num_kv_heads": self.num_kv_heads,
             "window": self.window,
             "rope_fn": rope_fn,
+            "num_sink": self.num_sink,
+            "sinks": self.sinks,
             "qk_norm": self.qk_norm,
             "softcap": self.softcap,
             "final_softcap": self.final_softcap,
@@ -603,6 +644,8 @@ class GPT(nn.Module):
                 nn.init.zeros_(module.bias)
             elif isinstance(module, RMSNorm) and module.weight is not None:
                 nn.init.ones_(module.weight)
+            elif isinstance(module, CausalSelfAttention) and module.sinks is not None:
+                nn.init.zeros_(module.sinks)  # a sink logit of 0: e^0 = 1 beside the scores
         if self.pos == "sinusoidal":  # Vaswani et al. (2017, §3.4); same draws, rescaled
             self.tok_emb.weight.mul_(self.d_model**-0.5 / 0.02)
         for block in self.blocks:
@@ -617,8 +660,13 @@ class GPT(nn.Module):
         :class:`~attention_course.kv_cache.DecoderCache` with one cache per layer, an
         :class:`~attention_course.kv_cache.AttentionCache` (with ``window``, chapter 15: a
         :class:`~attention_course.kv.RollingAttentionCache` keeping the last ``window``
-        positions)."""
-        return DecoderCache([self.kv_layout.new_cache() for _ in range(self.num_layers)])
+        positions; with ``num_sink``, chapter 19: a
+        :class:`~attention_course.sinks.StreamingAttentionCache` that also keeps the first
+        ``num_sink``, numbering positions within the cache with RoPE, as StreamingLLM)."""
+        layers = [
+            self.kv_layout.new_cache(self.attention_positions) for _ in range(self.num_layers)
+        ]
+        return DecoderCache(layers)
 
     def forward(
         self, ids: torch.Tensor, return_attention: bool = False, cache: DecoderCache | None = None

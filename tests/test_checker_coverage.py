@@ -244,6 +244,11 @@ EXEMPT: dict[tuple[str, str], str] = {
         "a prebuilt mask shared by the layers of a GPT is the package's extra; exercise 13's "
         "module builds its own causal mask"
     ),
+    ("causal_self_attention", "sinks"): (
+        "learned sink logits are chapter 19's (tested in tests/test_sinks.py; exercise 19's "
+        "sink_attention grades them); exercise 13 asks for (d_model, num_heads, bias, "
+        "dropout) only"
+    ),
     ("batch_norm", "momentum=None"): (
         "nn.BatchNorm1d's cumulative average; exercise 07 says it is not part of the task"
     ),

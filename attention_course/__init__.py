@@ -35,7 +35,9 @@ Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``m
 (PyTorch's kernel, the one mask per forward), ``kv_cache`` and ``tiled`` 12, ``gpt``,
 ``sampling``, ``tokenizer`` and ``ngram`` 13, ``train`` 3, 10, 11 and 13,
 ``relative_positions`` 14 (RoPE, ALiBi, the position pieces attention is given), ``kv``
-15 (and the key/value layout piece), ``interpret`` 17; ``checks`` and ``quiz`` for the
+15 (and the key/value layout piece), ``interpret`` 17; Part VI: ``linear`` 22 (linear
+attention, the gated delta rule), ``ring`` 23 (ring attention across processes, the
+launcher ``run_ring``); ``checks`` and ``quiz`` for the
 exercises, ``grading`` for instructors. The README has this map as a table, with the
 data modules and the helpers every chapter uses.
 """
@@ -87,6 +89,11 @@ from .train import evaluate_lm, train_language_model
 # Part V, chapter 16: the modern block.
 from .ffn import SwiGLU
 from .norms import RMSNorm
+
+# isort: split
+# Part VI, chapters 22-23: a fixed-size state instead of T^2, and attention across processes.
+from .linear import gated_delta_rule, linear_attention
+from .ring import ring_attention, ring_attention_worker, run_ring
 
 __version__ = "0.1.0"
 
@@ -144,4 +151,10 @@ __all__ = [
     "apply_rope",
     "repeat_kv",
     "sliding_window_mask",
+    # Part VI
+    "gated_delta_rule",
+    "linear_attention",
+    "ring_attention",
+    "ring_attention_worker",
+    "run_ring",
 ]

@@ -10,8 +10,8 @@ that grows with the sequence. Replace ``exp(q . k)`` by a product of feature map
 
 The two sums are a state of fixed size, ``(Dk, Dv)`` and ``(Dk,)``, updated once per
 token (Katharopoulos et al., 2020, "Transformers are RNNs: Fast Autoregressive Transformers
-with Linear Attention", arXiv:2006.16236, section 3.2; ``phi(x) = elu(x) + 1``, their
-section 3.2.1). :func:`linear_attention` computes it.
+with Linear Attention", arXiv:2006.16236, whose feature map is ``phi(x) = elu(x) + 1``).
+:func:`linear_attention` computes it.
 
 Linear attention only ever *adds* to its state, so old associations are never removed.
 The delta rule (Schlag et al., 2021, "Linear Transformers Are Secretly Fast Weight
@@ -19,8 +19,8 @@ Programmers", arXiv:2102.11174) writes ``beta_t (v_t - S^T k_t)``: it first read
 state holds for ``k_t`` and stores only the correction. The gated delta rule (Yang et al.,
 2024, "Gated Delta Networks: Improving Mamba2 with Delta Rule", arXiv:2412.06464) also
 decays the state by ``a_t = e^{g_t}`` at every step; Qwen3-Next's linear-attention layers use
-it. :func:`gated_delta_rule` computes it token by token, or chunk by chunk with the WY (UT
-transform) form of that paper's section 3 (= Hugging Face's
+it. :func:`gated_delta_rule` computes it token by token, or chunk by chunk with that paper's
+chunkwise WY (UT transform) form (= Hugging Face's
 ``torch_recurrent_gated_delta_rule`` / ``torch_chunk_gated_delta_rule`` in
 ``transformers.models.qwen3_next.modeling_qwen3_next``).
 """
@@ -41,7 +41,7 @@ _LINEAR_CHUNK = 64
 
 def _feature_map(x: torch.Tensor) -> torch.Tensor:
     """``phi(x) = elu(x) + 1``: positive, so that the normaliser ``phi(q) . sum phi(k)`` is
-    never 0 (Katharopoulos et al., 2020, section 3.2.1)."""
+    never 0 (Katharopoulos et al., 2020)."""
     return F.elu(x) + 1.0
 
 
@@ -187,7 +187,7 @@ def gated_delta_rule(
     initial_state: torch.Tensor | None = None,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The gated delta rule (Yang et al., 2024, arXiv:2412.06464, equation (10)).
+    """The gated delta rule (Yang, Kautz & Hatamizadeh, 2024, arXiv:2412.06464).
 
     Per batch element and head, a state ``S`` of shape ``(Dk, Dv)`` (an associative memory:
     ``S^T k`` reads the value stored under key ``k``), updated at every token ``t``:
@@ -262,8 +262,8 @@ def _delta_recurrent(q, k, v, g, beta, state):
 
 
 def _delta_chunked(q, k, v, g, beta, state, chunk: int):
-    """Chunk by chunk, with the WY (UT transform) representation (Yang et al., 2024, section
-    3.2; as Qwen3-Next's ``torch_chunk_gated_delta_rule``).
+    """Chunk by chunk, with the WY (UT transform) representation (Yang et al., 2024's
+    chunkwise algorithm; as Qwen3-Next's ``torch_chunk_gated_delta_rule``).
 
     Inside a chunk of positions ``r = 1..C`` let ``G_r = g_1 + ... + g_r`` (the decay from
     the chunk's start is ``e^{G_r}``) and ``S_0`` the state before it. Unrolling the update
@@ -278,6 +278,10 @@ def _delta_chunked(q, k, v, g, beta, state, chunk: int):
 
         O = (Q * e^G) S_0 + (Q K^T * Gamma) U,   Gamma_rs = e^{G_r - G_s} for s <= r, else 0
         S_C = e^{G_C} S_0 + (K * e^{G_C - G})^T U
+
+    The intra-chunk term is weighted by the decays ``Gamma``, not by a 0/1 causal mask
+    (issue 15 of NVlabs/GatedDeltaNet reports that the paper's chunkwise output formula
+    writes the mask there).
 
     Shapes: as :func:`_delta_recurrent`.
     """

@@ -70,9 +70,11 @@ def ring_attention(
         query, key: ``(B, H, T/W, Dk)``; value: ``(B, H, T/W, Dv)``; returns
         ``(B, H, T/W, Dv)``.
 
-    No PyTorch built-in (PyTorch's context parallelism, ``torch.distributed.tensor.
-    experimental.context_parallel``, implements it on ``DTensor``s); tests compare it with
-    full attention on the gathered tensors.
+    PyTorch's own ring (its experimental context parallelism,
+    ``torch.distributed.tensor.experimental.context_parallel``) patches
+    ``F.scaled_dot_product_attention`` inside a context over a ``DeviceMesh``; this function
+    is the algorithm written out. Tests compare it with full attention on the gathered
+    tensors.
     """
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError(
@@ -218,11 +220,12 @@ class _RingAttention(torch.autograd.Function):
                 grad_q = grad_q + ds @ k * scale
                 grad_k = grad_k + ds.transpose(-2, -1) @ q_scaled
             # The accumulators follow their block; after the last step one more pass brings
-            # every block's dK, dV home (W passes in all).
-            grad_requests, (grad_k, grad_v) = _start_pass(
-                [grad_k, grad_v], send_to, recv_from, group
-            )
-            _finish_pass(grad_requests)
+            # every block's dK, dV home (W passes in all; none for a group of one).
+            if world > 1:
+                grad_requests, (grad_k, grad_v) = _start_pass(
+                    [grad_k, grad_v], send_to, recv_from, group
+                )
+                _finish_pass(grad_requests)
             if step < world - 1:
                 _finish_pass(requests)
                 k, v = k_next, v_next
@@ -279,6 +282,8 @@ def _worker(rank, world_size, port, backend, timeout, fn, args, results) -> None
         # gloo's own connections otherwise use the address the host name resolves to.
         os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback)
     torch.set_num_threads(1)  # W processes share the machine's cores
+    if backend == "nccl":  # one GPU per rank (nccl cannot put two ranks on one GPU)
+        torch.cuda.set_device(rank % torch.cuda.device_count())
     try:
         dist.init_process_group(
             backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout)

@@ -263,6 +263,25 @@ def test_gated_delta_rule_bad_inputs():
         gated_delta_rule(q, k, v, g, beta, chunk_size=0)
 
 
+def test_both_follow_the_input_device(device):
+    """On every device this machine has (CUDA too when present), float32 on the device
+    equals the float64 computation on the CPU; outputs stay on the input's device."""
+    q, k, v = _qkv(2, 3, T=100)
+    for causal in (True, False):
+        out = linear_attention(*(x.float().to(device) for x in (q, k, v)), causal=causal)
+        assert out.device.type == device.type
+        expected = linear_attention(q, k, v, causal=causal)
+        torch.testing.assert_close(out.cpu().double(), expected, rtol=1e-4, atol=1e-5)
+    inputs = _delta_inputs(T=70)
+    expected = gated_delta_rule(*inputs[:5], initial_state=inputs[5])
+    on_device = [x.float().to(device) for x in inputs]
+    for chunk_size in (None, 16):
+        out, final = gated_delta_rule(*on_device[:5], on_device[5], chunk_size=chunk_size)
+        assert out.device.type == final.device.type == device.type
+        torch.testing.assert_close(out.cpu().double(), expected[0], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(final.cpu().double(), expected[1], rtol=1e-4, atol=1e-5)
+
+
 # ----------------------------------------------------------------------------------------
 # Hugging Face's Qwen3-Next (the same definitions with use_qk_l2norm_in_kernel=False, since
 # gated_delta_rule leaves the normalisation of q and k to its caller, and

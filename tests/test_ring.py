@@ -61,8 +61,10 @@ def _every_case() -> dict:
         q, k, v, _ = _inputs(world - 1, 1, 2, 3, 4, 4, torch.float64, 99)
         grank = dist.get_rank(group)  # the rank inside the group decides the shard
         rows = slice(grank * 3, (grank + 1) * 3)
-        shards = (x[..., rows, :] for x in (q, k, v))
-        results["group"] = ring_attention(*shards, causal=True, group=group)
+        shards = [x[..., rows, :].clone().requires_grad_() for x in (q, k, v)]
+        out = ring_attention(*shards, causal=True, group=group)
+        out.sum().backward()
+        results["group"] = (out.detach(), *(x.grad for x in shards))
     return results
 
 
@@ -109,9 +111,14 @@ def test_ring_attention_worker_and_subgroup(ring_results):
     gathered = torch.cat([r["package worker"] for r in results], dim=-2)
     torch.testing.assert_close(gathered, expected, rtol=1e-5, atol=1e-5)
     q, k, v, _ = _inputs(world - 1, 1, 2, 3, 4, 4, torch.float64, 99)
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
     expected, _ = scaled_dot_product_attention(q, k, v, causal_mask((world - 1) * 3))
+    expected.sum().backward()
     assert results[0]["group"] is None
-    torch.testing.assert_close(torch.cat([r["group"] for r in results[1:]], dim=-2), expected)
+    # W = 2: a group of one rank (no passes at all); W = 3: a ring of two.
+    for i, want in enumerate((expected.detach(), q.grad, k.grad, v.grad)):
+        got = torch.cat([r["group"][i] for r in results[1:]], dim=-2)
+        torch.testing.assert_close(got, want)
 
 
 def _rank1_fails():

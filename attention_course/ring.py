@@ -63,8 +63,10 @@ def ring_attention(
     block. Each rank gets the gradients of its own shards.
 
     Per rank, memory: its shards, one incoming key/value block and one
-    ``(B, H, T/W, T/W)`` tile of scores. Each step sends ``2 * B * H * (T/W) * Dh`` numbers
-    (the key and value block), whether or not the block is scored.
+    ``(B, H, T/W, T/W)`` tile of scores. Each of the ``W - 1`` forward steps sends
+    ``B * H * (T/W) * (Dk + Dv)`` numbers (a key and a value block), whether or not the
+    block is scored; the backward sends the blocks ``W - 1`` times and their gradients
+    ``W`` times.
 
     Shapes (on every rank, the same on all):
         query, key: ``(B, H, T/W, Dk)``; value: ``(B, H, T/W, Dv)``; returns
@@ -88,7 +90,7 @@ def ring_attention(
                 f"{name}: got shape {shape_str(x.shape)} ({x.dim()}-D), expected 4-D "
                 f"(B, H, T/W, D), this rank's shard of the sequence"
             )
-    if key.shape != query.shape[:3] + key.shape[3:] or key.shape[-1] != query.shape[-1]:
+    if key.shape != query.shape:
         raise ValueError(
             f"key: got shape {shape_str(key.shape)}, expected the query's "
             f"{shape_str(query.shape)} (each rank holds the same positions of q, k and v)"
@@ -136,13 +138,15 @@ def _neighbours(group) -> tuple[int, int, int, int]:
     return rank, world, global_rank((rank + 1) % world), global_rank((rank - 1) % world)
 
 
-def _start_pass(tensors, send_to: int, recv_from: int, group):
+def _start_pass(tensors, send_to: int, recv_from: int, group, first_tag: int = 0):
     """Send ``tensors`` to ``send_to`` and receive as many of the same shapes from
     ``recv_from``, without waiting. Returns ``(requests, received)``; the received tensors
-    are valid after every request's ``wait()``. Distinct tags keep the messages apart."""
+    are valid after every request's ``wait()``. Each tensor gets its own tag (from
+    ``first_tag``), so that messages in flight at the same time are never confused."""
     received = [torch.empty_like(t) for t in tensors]
-    ops = [dist.P2POp(dist.isend, t, send_to, group, tag=i) for i, t in enumerate(tensors)]
-    ops += [dist.P2POp(dist.irecv, t, recv_from, group, tag=i) for i, t in enumerate(received)]
+    tags = range(first_tag, first_tag + len(tensors))
+    ops = [dist.P2POp(dist.isend, t, send_to, group, tag=i) for i, t in zip(tags, tensors)]
+    ops += [dist.P2POp(dist.irecv, t, recv_from, group, tag=i) for i, t in zip(tags, received)]
     return dist.batch_isend_irecv(ops), received
 
 
@@ -223,7 +227,7 @@ class _RingAttention(torch.autograd.Function):
             # every block's dK, dV home (W passes in all; none for a group of one).
             if world > 1:
                 grad_requests, (grad_k, grad_v) = _start_pass(
-                    [grad_k, grad_v], send_to, recv_from, group
+                    [grad_k, grad_v], send_to, recv_from, group, first_tag=2
                 )
                 _finish_pass(grad_requests)
             if step < world - 1:
@@ -284,24 +288,31 @@ def _worker(rank, world_size, port, backend, timeout, fn, args, results) -> None
     torch.set_num_threads(1)  # W processes share the machine's cores
     if backend == "nccl":  # one GPU per rank (nccl cannot put two ranks on one GPU)
         torch.cuda.set_device(rank % torch.cuda.device_count())
+
+    def report(status: str, payload) -> None:
+        """Send the result or the traceback, and wait until it is in the pipe."""
+        results.put((rank, status, time.time(), payload))
+        results.close()
+        results.join_thread()
+
     try:
         dist.init_process_group(
             backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout)
         )
         try:
-            result = fn(*args)
-        finally:
-            dist.destroy_process_group()
-        # Pickled here, with plain pickle: a tensor is copied, not shared with this process
-        # (which is about to exit).
-        results.put((rank, "ok", pickle.dumps(result)))
-    except BaseException:  # report every failure, with its traceback, to the parent
-        results.put((rank, "error", traceback.format_exc()))
-    # Wait until the report is written to the pipe, then leave at once: the group is
-    # destroyed and nothing else needs cleaning up, and a normal exit (tearing down torch)
-    # takes seconds on a busy machine.
-    results.close()
-    results.join_thread()
+            # Pickled here, with plain pickle: a tensor is copied, not shared with this
+            # process (which is about to exit).
+            status, payload = "ok", pickle.dumps(fn(*args))
+        except BaseException:  # every failure goes to the parent, with its traceback
+            status, payload = "error", traceback.format_exc()
+        # Report before leaving the group: a peer that fails because this rank has gone
+        # (its connections closed) reports after this rank's own cause.
+        report(status, payload)
+        dist.destroy_process_group()
+    except BaseException:  # joining or leaving the group failed
+        report("error", traceback.format_exc())
+    # Leave at once: the group is destroyed, nothing else needs cleaning up, and a normal
+    # exit (tearing down torch) takes seconds on a busy machine.
     os._exit(0)
 
 
@@ -348,12 +359,16 @@ def run_ring(
     for w in workers:
         w.start()
     outputs: dict[int, object] = {}
+    failures: dict[int, tuple[float, str]] = {}  # rank -> (when, traceback)
     deadline = time.monotonic() + timeout
+    grace_end = math.inf  # after a first failure, how long to wait for the others' reports
     try:
-        while len(outputs) < world_size:
+        while len(outputs) + len(failures) < world_size and time.monotonic() < grace_end:
             try:
-                rank, status, payload = results.get(timeout=0.2)
+                rank, status, when, payload = results.get(timeout=0.2)
             except queue_module.Empty:
+                if failures:
+                    continue
                 dead = [r for r, w in enumerate(workers) if w.exitcode not in (None, 0)]
                 if dead:
                     codes = ", ".join(f"rank {r}: exit code {workers[r].exitcode}" for r in dead)
@@ -367,11 +382,15 @@ def run_ring(
                         f"run_ring: timed out after {timeout} s waiting for ranks {missing}"
                     ) from None
                 continue
-            if status == "error":
-                raise RuntimeError(f"run_ring: rank {rank} of {world_size} failed:\n{payload}")
-            outputs[rank] = pickle.loads(payload)
+            if status == "ok":
+                outputs[rank] = pickle.loads(payload)
+            else:
+                failures[rank] = (when, payload)
+                grace_end = min(grace_end, time.monotonic() + 2.0)
+        if failures:
+            raise RuntimeError(_failure_message(failures, world_size))
         for w in workers:
-            w.join(timeout=max(1.0, deadline - time.monotonic()))
+            w.join(timeout=5.0)
     finally:
         for w in workers:  # on an error, stop the others (they may wait on a dead peer)
             if w.is_alive():
@@ -379,3 +398,14 @@ def run_ring(
             w.join(timeout=5.0)
         results.close()
     return [outputs[r] for r in range(world_size)]
+
+
+def _failure_message(failures: dict[int, tuple[float, str]], world_size: int) -> str:
+    """The first failure in full (the likely cause); the ranks that failed after it (often
+    because a peer went away) by their last line."""
+    (first, (_, trace)), *later = sorted(failures.items(), key=lambda item: item[1][0])
+    message = f"run_ring: rank {first} of {world_size} failed:\n{trace}"
+    for rank, (_, trace) in later:
+        last_line = trace.strip().splitlines()[-1]
+        message += f"\nthen rank {rank} failed too: {last_line}"
+    return message

@@ -26,7 +26,9 @@ CASES = [  # (name, B, H, T per rank, Dk, Dv, causal, dtype)
     ("B=2 causal", 2, 3, 5, 4, 6, True, torch.float64),
     ("B=1 causal float32", 1, 2, 4, 8, 8, True, torch.float32),
     ("one position per rank", 3, 1, 1, 4, 2, True, torch.float64),
+    ("bfloat16 causal", 2, 2, 4, 8, 8, True, torch.bfloat16),
 ]
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 3e-2}
 
 
 def _inputs(world: int, B, H, Tl, Dk, Dv, dtype, seed: int):
@@ -69,10 +71,11 @@ def _every_case() -> dict:
 
 
 def _full_attention(name: str, world: int):
-    """Full attention and its gradients on the gathered tensors, in one process."""
+    """Full attention and its gradients on the gathered tensors, in one process, in float64
+    (from the same, possibly rounded, inputs)."""
     index = [c[0] for c in CASES].index(name)
     _, B, H, Tl, Dk, Dv, causal, dtype = CASES[index]
-    q, k, v, grad_out = _inputs(world, B, H, Tl, Dk, Dv, dtype, index)
+    q, k, v, grad_out = (x.double() for x in _inputs(world, B, H, Tl, Dk, Dv, dtype, index))
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     mask = causal_mask(world * Tl) if causal else None
     out, _ = scaled_dot_product_attention(q, k, v, mask)
@@ -90,12 +93,15 @@ def ring_results(request):
 @pytest.mark.parametrize("name", [c[0] for c in CASES])
 def test_ring_attention_equals_full_attention(ring_results, name):
     """Each rank's output shard and gradients (q, k, v of its shard) equal full attention's
-    on the gathered tensors, to 1e-5 (1e-10 in float64)."""
+    on the gathered tensors: to 1e-5 in float32, 1e-10 in float64, 3e-2 in bfloat16."""
     world, results = ring_results
     expected = _full_attention(name, world)
-    tol = 1e-10 if expected[0].dtype == torch.float64 else 1e-5
+    dtype = results[0][name][0].dtype
+    tol = TOLERANCE[dtype]
     for what, i in (("output", 0), ("grad query", 1), ("grad key", 2), ("grad value", 3)):
         gathered = torch.cat([results[r][name][i] for r in range(world)], dim=-2)
+        assert gathered.dtype == dtype
+        gathered = gathered.double()
         torch.testing.assert_close(
             gathered, expected[i], rtol=tol, atol=tol, msg=lambda m, w=what: f"{w}: {m}"
         )

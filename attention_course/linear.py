@@ -56,7 +56,7 @@ def linear_attention(
     ``out_i = phi(q_i)^T S_i / phi(q_i)^T z_i`` with the state ``S_i = sum_j phi(k_j) v_j^T``
     ``(Dk, Dv)`` and the normaliser ``z_i = sum_j phi(k_j)`` ``(Dk,)``, the sums over
     ``j <= i`` when ``causal`` (then ``S = T`` is required), over every ``j`` otherwise. There
-    is no ``1/sqrt(Dk)`` scale: the paper has none, and the normaliser plays its part.
+    is no ``1/sqrt(Dk)`` scale (the paper has none).
 
     It equals the explicit quadratic form (``A = phi(Q) phi(K)^T``, masked, each row divided
     by its sum, times ``V``) without ever building that ``T x S`` matrix:
@@ -70,8 +70,10 @@ def linear_attention(
       inputs and output, whatever ``T``; the same result as updating ``S_i`` one token at a
       time, in ``T / C`` Python steps instead of ``T``.
 
-    Half-precision inputs are accumulated in float32. Differentiable (plain autograd).
-    No PyTorch built-in computes it; tests compare it with the quadratic form.
+    Half-precision inputs are accumulated in float32. Differentiable (plain autograd, which
+    keeps every block's tile and state for the backward pass: ``T/C`` tiles of ``C x C`` and
+    ``T/C`` states, still never ``T x S``). No PyTorch built-in computes it; tests compare it
+    with the quadratic form.
 
     Shapes:
         query: ``(..., T, Dk)``; key: ``(..., S, Dk)``; value: ``(..., S, Dv)`` (leading axes

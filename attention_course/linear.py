@@ -213,7 +213,9 @@ def gated_delta_rule(
     Hugging Face's counterparts (``transformers.models.qwen3_next.modeling_qwen3_next``):
     ``torch_recurrent_gated_delta_rule`` and ``torch_chunk_gated_delta_rule`` with
     ``use_qk_l2norm_in_kernel=False``, ``output_final_state=True``; they compute in float32,
-    this function in the input's dtype (half precision in float32).
+    this function in the input's dtype (half precision in float32). They also accept fewer
+    query/key heads than value heads and repeat them (``repeat_interleave``); here q, k and v
+    have the same ``H``: repeat them first.
 
     Args:
         g: log-decays ``g_t <= 0``; ``a_t = e^{g_t}`` multiplies the state.

@@ -56,6 +56,13 @@ def _every_case() -> dict:
     # The notebook's form: every rank gets the whole tensors and keeps its shard.
     q, k, v, _ = _inputs(world, 2, 2, 3, 4, 3, torch.float32, 5)
     results["package worker"] = ring_attention_worker(q, k, v, True)
+    # Shards of different lengths: every rank raises the same ValueError (no hang).
+    x = torch.randn(1, 1, rank + 1, 4)
+    try:
+        ring_attention(x, x, x)
+        results["unequal shards"] = "no error"
+    except ValueError as error:
+        results["unequal shards"] = str(error)
     # A ring over a sub-group, ranks 1..W-1: its ranks are not the global ones.
     group = dist.new_group(list(range(1, world)))
     results["group"] = None
@@ -125,6 +132,15 @@ def test_ring_attention_worker_and_subgroup(ring_results):
     for i, want in enumerate((expected.detach(), q.grad, k.grad, v.grad)):
         got = torch.cat([r["group"][i] for r in results[1:]], dim=-2)
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.slow
+def test_ring_attention_refuses_unequal_shards(ring_results):
+    world, results = ring_results
+    for r in range(world):
+        message = results[r]["unequal shards"]
+        assert message.startswith("query, value: the ranks hold shards of different shapes")
+        assert f"rank {world - 1}: (1, 1, {world}, 4, 4)" in message
 
 
 def _rank1_fails():

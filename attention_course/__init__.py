@@ -27,8 +27,8 @@ None)``, with the weights per head, ``(B, H, T, S)``, as PyTorch gives them with
 ``average_attn_weights=False`` (PyTorch averages over the heads by default).
 ``CausalSelfAttention`` and ``GPTBlock``, built for speed inside a GPT, default to
 ``need_weights=False`` and then return the output alone, so that PyTorch's fused kernel
-runs unless weights are asked for (or the scores are soft-capped, chapter 20: the kernel
-has no step for the cap).
+runs unless weights are asked for (or the scores are soft-capped, chapter 20, or a learned
+sink logit joins them, chapter 19: the kernel has no step for either).
 
 Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``masking`` 5,
 ``multihead`` 6, ``norms`` 7 and 16 (RMSNorm), ``ffn`` 8 and 16 (SwiGLU), ``positional`` 9
@@ -39,9 +39,10 @@ Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``m
 15 (and the key/value layout piece), ``interpret`` 17, ``sinks`` 19 (attention sinks:
 StreamingLLM's kept first tokens, gpt-oss's learned sink logit), ``stability`` 20
 (soft-capping; QK-norm and the caps are options of ``gpt``'s attention and model), ``moe``
-21 (mixture of experts, the load-balancing loss); ``checks`` and ``quiz`` for the
-exercises, ``grading`` for instructors. The README has this map as a table, with the
-data modules and the helpers every chapter uses.
+21 (mixture of experts, the load-balancing loss), ``linear`` 22 (linear attention, the gated
+delta rule), ``ring`` 23 (ring attention across processes, the launcher ``run_ring``);
+``checks`` and ``quiz`` for the exercises, ``grading`` for instructors. The README has this
+map as a table, with the data modules and the helpers every chapter uses.
 """
 
 from .attention import (
@@ -93,8 +94,11 @@ from .ffn import SwiGLU
 from .norms import RMSNorm
 
 # isort: split
-# Part VI: attention sinks (chapter 19), logits kept in range (20), mixture of experts (21).
+# Part VI: attention sinks (19), logits kept in range (20), mixture of experts (21), a
+# fixed-size state instead of T^2 (22), attention across processes (23).
+from .linear import gated_delta_rule, linear_attention
 from .moe import MoE, load_balancing_loss
+from .ring import ring_attention, ring_attention_worker, run_ring
 from .sinks import StreamingAttentionCache, sink_attention, streaming_mask
 from .stability import softcap
 
@@ -161,4 +165,9 @@ __all__ = [
     "MoE",
     "load_balancing_loss",
     "softcap",
+    "gated_delta_rule",
+    "linear_attention",
+    "ring_attention",
+    "ring_attention_worker",
+    "run_ring",
 ]

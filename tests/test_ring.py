@@ -1,0 +1,183 @@
+"""ring_attention and run_ring (chapter 23): 2 and 3 processes on this machine (gloo over
+the loopback interface), every rank's shard against full attention on the gathered
+tensors, forward and backward.
+
+Each process start costs a few seconds (a new Python importing torch), so one launch per
+world size runs every case and returns the numbers; the asserts run here, in the parent.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from attention_course import (
+    causal_mask,
+    ring_attention,
+    ring_attention_worker,
+    run_ring,
+    scaled_dot_product_attention,
+)
+from attention_course import ring as ring_module
+
+CASES = [  # (name, B, H, T per rank, Dk, Dv, causal, dtype)
+    ("B=2 not causal", 2, 3, 5, 4, 6, False, torch.float64),
+    ("B=2 causal", 2, 3, 5, 4, 6, True, torch.float64),
+    ("B=1 causal float32", 1, 2, 4, 8, 8, True, torch.float32),
+    ("one position per rank", 3, 1, 1, 4, 2, True, torch.float64),
+    ("bfloat16 causal", 2, 2, 4, 8, 8, True, torch.bfloat16),
+]
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 3e-2}
+
+
+def _inputs(world: int, B, H, Tl, Dk, Dv, dtype, seed: int):
+    """The full tensors (the same on every rank: built from one seed)."""
+    gen = torch.Generator().manual_seed(seed)
+    T = world * Tl
+    q = torch.randn(B, H, T, Dk, generator=gen, dtype=dtype)
+    k = torch.randn(B, H, T, Dk, generator=gen, dtype=dtype)
+    v = torch.randn(B, H, T, Dv, generator=gen, dtype=dtype)
+    grad_out = torch.randn(B, H, T, Dv, generator=gen, dtype=dtype)
+    return q, k, v, grad_out
+
+
+def _every_case() -> dict:
+    """Run on every rank: each case's output shard and the gradients of the rank's shards."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    results = {}
+    for seed, (name, B, H, Tl, Dk, Dv, causal, dtype) in enumerate(CASES):
+        q, k, v, grad_out = _inputs(world, B, H, Tl, Dk, Dv, dtype, seed)
+        rows = slice(rank * Tl, (rank + 1) * Tl)
+        shards = [x[..., rows, :].clone().requires_grad_() for x in (q, k, v)]
+        out = ring_attention(*shards, causal=causal)
+        (out * grad_out[..., rows, :]).sum().backward()
+        results[name] = (out.detach(), *(x.grad for x in shards))
+    # The notebook's form: every rank gets the whole tensors and keeps its shard.
+    q, k, v, _ = _inputs(world, 2, 2, 3, 4, 3, torch.float32, 5)
+    results["package worker"] = ring_attention_worker(q, k, v, True)
+    # Shards of different lengths: every rank raises the same ValueError (no hang).
+    x = torch.randn(1, 1, rank + 1, 4)
+    try:
+        ring_attention(x, x, x)
+        results["unequal shards"] = "no error"
+    except ValueError as error:
+        results["unequal shards"] = str(error)
+    # A ring over a sub-group, ranks 1..W-1: its ranks are not the global ones.
+    group = dist.new_group(list(range(1, world)))
+    results["group"] = None
+    if rank >= 1:
+        q, k, v, _ = _inputs(world - 1, 1, 2, 3, 4, 4, torch.float64, 99)
+        grank = dist.get_rank(group)  # the rank inside the group decides the shard
+        rows = slice(grank * 3, (grank + 1) * 3)
+        shards = [x[..., rows, :].clone().requires_grad_() for x in (q, k, v)]
+        out = ring_attention(*shards, causal=True, group=group)
+        out.sum().backward()
+        results["group"] = (out.detach(), *(x.grad for x in shards))
+    return results
+
+
+def _full_attention(name: str, world: int):
+    """Full attention and its gradients on the gathered tensors, in one process, in float64
+    (from the same, possibly rounded, inputs)."""
+    index = [c[0] for c in CASES].index(name)
+    _, B, H, Tl, Dk, Dv, causal, dtype = CASES[index]
+    q, k, v, grad_out = (x.double() for x in _inputs(world, B, H, Tl, Dk, Dv, dtype, index))
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    mask = causal_mask(world * Tl) if causal else None
+    out, _ = scaled_dot_product_attention(q, k, v, mask)
+    (out * grad_out).sum().backward()
+    return out.detach(), q.grad, k.grad, v.grad
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["W=2", "W=3"])
+def ring_results(request):
+    world = request.param
+    return world, run_ring(_every_case, world, timeout=120.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [c[0] for c in CASES])
+def test_ring_attention_equals_full_attention(ring_results, name):
+    """Each rank's output shard and gradients (q, k, v of its shard) equal full attention's
+    on the gathered tensors: to 1e-5 in float32, 1e-10 in float64, 3e-2 in bfloat16."""
+    world, results = ring_results
+    expected = _full_attention(name, world)
+    dtype = results[0][name][0].dtype
+    tol = TOLERANCE[dtype]
+    for what, i in (("output", 0), ("grad query", 1), ("grad key", 2), ("grad value", 3)):
+        gathered = torch.cat([results[r][name][i] for r in range(world)], dim=-2)
+        assert gathered.dtype == dtype
+        gathered = gathered.double()
+        torch.testing.assert_close(
+            gathered, expected[i], rtol=tol, atol=tol, msg=lambda m, w=what: f"{w}: {m}"
+        )
+
+
+@pytest.mark.slow
+def test_ring_attention_worker_and_subgroup(ring_results):
+    """The package's worker (whole tensors in, the rank's output shard out), and a ring
+    over the sub-group of ranks 1..W-1 (the group's ranks, not the global ones)."""
+    world, results = ring_results
+    q, k, v, _ = _inputs(world, 2, 2, 3, 4, 3, torch.float32, 5)
+    expected, _ = scaled_dot_product_attention(q, k, v, causal_mask(world * 3))
+    gathered = torch.cat([r["package worker"] for r in results], dim=-2)
+    torch.testing.assert_close(gathered, expected, rtol=1e-5, atol=1e-5)
+    q, k, v, _ = _inputs(world - 1, 1, 2, 3, 4, 4, torch.float64, 99)
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    expected, _ = scaled_dot_product_attention(q, k, v, causal_mask((world - 1) * 3))
+    expected.sum().backward()
+    assert results[0]["group"] is None
+    # W = 2: a group of one rank (no passes at all); W = 3: a ring of two.
+    for i, want in enumerate((expected.detach(), q.grad, k.grad, v.grad)):
+        got = torch.cat([r["group"][i] for r in results[1:]], dim=-2)
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.slow
+def test_ring_attention_refuses_unequal_shards(ring_results):
+    world, results = ring_results
+    for r in range(world):
+        message = results[r]["unequal shards"]
+        assert message.startswith("query, value: the ranks hold shards of different shapes")
+        assert f"rank {world - 1}: (1, 1, {world}, 4, 4)" in message
+
+
+def _rank1_fails():
+    """Rank 1 raises; rank 0 waits for it in a barrier that would never end."""
+    if dist.get_rank() == 1:
+        raise ArithmeticError("rank 1 gives up")
+    dist.barrier()
+
+
+@pytest.mark.slow
+def test_run_ring_reports_a_failing_worker():
+    """The error names the rank and carries its traceback; the waiting rank is stopped
+    (no hang: a hang would end in run_ring's timeout error instead)."""
+    cause = r"^run_ring: rank 1 of 2 failed:\n(.|\n)*ArithmeticError: rank 1 gives up"
+    with pytest.raises(RuntimeError, match=cause) as error:
+        run_ring(_rank1_fails, 2, timeout=60.0)
+    # Rank 0, waiting for rank 1, failed after it, or was stopped: it comes second if at all.
+    assert "then rank 1" not in str(error.value)
+
+
+def test_ring_attention_without_a_process_group():
+    q = torch.randn(1, 1, 2, 4)
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        ring_attention(q, q, q)
+
+
+def test_run_ring_bad_world_size():
+    with pytest.raises(ValueError, match="world_size: got 0"):
+        run_ring(ring_attention_worker, 0)
+
+
+def test_block_scores_skips_the_future_and_masks_the_diagonal():
+    """The causal rule per block, without processes: a later rank's block is skipped, the
+    own block gets a triangular mask, an earlier block is scored whole."""
+    q, k = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
+    assert ring_module._block_scores(q, k, rank=1, src=2, causal=True) is None
+    own = ring_module._block_scores(q, k, rank=1, src=1, causal=True)
+    assert torch.isneginf(own[..., 0, 1:]).all() and torch.isfinite(own[..., 1, :2]).all()
+    torch.testing.assert_close(ring_module._block_scores(q, k, 1, 0, True), q @ k.mT)
+    torch.testing.assert_close(ring_module._block_scores(q, k, 1, 2, False), q @ k.mT)

@@ -66,8 +66,6 @@ class LatentCache:
         length: the number of positions seen (the position of the next token).
     """
 
-    filled = False
-
     def __init__(self) -> None:
         self.length = 0
         self._latent: torch.Tensor | None = None  # (B, capacity, kv_rank)

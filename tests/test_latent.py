@@ -379,3 +379,13 @@ def test_the_decoding_benchmark_runs_and_counts_flops_exactly(tmp_path):
         assert row["naive_ms"] > 0 and row["absorbed_ms"] > 0
     assert [row["T"] for row in result["prefill"]] == [16]
     assert (tmp_path / "b.json").exists()
+
+
+def test_gpt_with_latent_attention_generates_the_same_tokens_with_and_without_cache():
+    from attention_course import generate
+
+    model = _gpt().float()
+    prompt = torch.randint(0, 40, (2, 3), generator=torch.Generator().manual_seed(5))
+    cached = generate(model, prompt, 8, temperature=0, use_cache=True)  # greedy
+    recomputed = generate(model, prompt, 8, temperature=0, use_cache=False)
+    assert torch.equal(cached, recomputed) and cached.shape == (2, 11)

@@ -6,12 +6,14 @@ Run from the repository root (seeded; the committed results' time is in the JSON
     python scripts/latent_study.py                                  # one thread (--threads)
     python scripts/latent_study.py --quick --out /tmp/latent.json   # a smoke test (seconds)
 
-For every seed it trains six variants of the same small character-level GPT (rotary
+For every seed it trains seven variants of the same small character-level GPT (rotary
 positions, ``H = 8`` query heads of ``Dh = D / H`` features): multi-head attention
 (``Hkv = 8``), grouped-query attention with ``Hkv = 4`` and ``Hkv = 2``, multi-query
 attention (``Hkv = 1``), and multi-head latent attention (``attention="mla"``,
 ``d_rope = Dh / 2``) with two latent ranks chosen so that its cache per token equals
-GQA's with ``Hkv = 2`` and MQA's: ``kv_rank + d_rope = 2 · Hkv · Dh``. Each variant
+GQA's with ``Hkv = 2`` and MQA's: ``kv_rank + d_rope = 2 · Hkv · Dh``; and, as a probe of
+the rotary width, MLA with ``d_rope = Dh`` (as many rotation frequencies as the other
+variants' RoPE) at GQA's ``Hkv = 2`` cache. Each variant
 starts from the same seed and sees the same batches (same steps, same learning-rate
 schedule) on the first 90 % of :func:`attention_course.data.python_docs`, and is scored
 on all of the last 10 % (:func:`attention_course.train.evaluate_lm`). The cache per
@@ -36,7 +38,7 @@ QUICK_TRAINING = {"steps": 3, "batch_size": 8, "context": 32, "lr": 3e-3}
 
 
 def variants(config: dict) -> list[dict]:
-    """The six variants: a name, the GPT's extra arguments, and the cache numbers per token
+    """The seven variants: a name, the GPT's extra arguments, and the cache numbers per token
     per layer (:func:`~attention_course.cache_per_token`)."""
     H = config["num_heads"]
     Dh = config["d_model"] // H
@@ -52,9 +54,15 @@ def variants(config: dict) -> list[dict]:
     for hkv in (H // 4, 1):  # latent ranks with the cache of GQA (Hkv = H/4) and of MQA
         kv_rank = 2 * hkv * Dh - d_rope
         result.append({"name": f"MLA, r = {kv_rank}", "attention": "mla", "kv_rank": kv_rank})
+    # A probe of one difference: a rotary part as wide as a head (Dh / 2 frequencies, as the
+    # other variants' RoPE), at the cache of GQA with Hkv = H/4 again
+    kv_rank = 2 * (H // 4) * Dh - Dh
+    name = f"MLA, r = {kv_rank}, d_rope = {Dh}"
+    result.append({"name": name, "attention": "mla", "kv_rank": kv_rank, "d_rope": Dh})
     for variant in result:
         if "kv_rank" in variant:
-            variant["cache_per_token"] = cache_per_token(kv_rank=variant["kv_rank"], d_rope=d_rope)
+            rope = variant.get("d_rope", d_rope)
+            variant["cache_per_token"] = cache_per_token(kv_rank=variant["kv_rank"], d_rope=rope)
         else:
             variant["cache_per_token"] = cache_per_token(
                 num_kv_heads=variant["num_kv_heads"], d_head=Dh

@@ -16,15 +16,19 @@ def _check_fields(result: dict) -> None:
     H, D = result["config"]["num_heads"], result["config"]["d_model"]
     Dh = D // H
     names = [v["name"] for v in result["variants"]]
-    assert names[0] == "MHA" and names[3] == "MQA" and len(names) == 6
+    assert names[0] == "MHA" and names[3] == "MQA" and len(names) == 7
     cache = {v["name"]: v["cache_per_token"] for v in result["variants"]}
     # 2 Hkv Dh numbers per token per layer; MLA: kv_rank + Dh / 2, matched to GQA and MQA
     assert [cache[n] for n in names[:4]] == [2 * H * Dh, H * Dh, H * Dh // 2, 2 * Dh]
-    assert cache[names[4]] == cache[names[2]] and cache[names[5]] == cache[names[3]]
-    for v in result["variants"][4:]:
+    assert cache[names[4]] == cache[names[2]] == cache[names[6]]
+    assert cache[names[5]] == cache[names[3]]
+    for v in result["variants"][4:6]:
         assert v["attention"] == "mla" and v["kv_rank"] + Dh // 2 == v["cache_per_token"]
+    probe = result["variants"][6]  # the rotary-width probe: d_rope = Dh
+    assert probe["attention"] == "mla" and probe["d_rope"] == Dh
+    assert probe["kv_rank"] + Dh == probe["cache_per_token"]
     runs = result["runs"]
-    assert len(runs) == 6 * len(result["training"]["seeds"])
+    assert len(runs) == 7 * len(result["training"]["seeds"])
     for seed in result["training"]["seeds"]:
         assert sorted(r["variant"] for r in runs if r["seed"] == seed) == sorted(names)
     for run in runs:
@@ -40,7 +44,7 @@ def test_quick_study_writes_the_fields_the_chapter_reads(tmp_path, run_script):
     _check_fields(data)
     # the two latent ranks differ in parameters (w_dkv, kv_norm and w_ukv shrink with r)
     params = {run["variant"]: run["parameters"] for run in data["runs"]}
-    mla = [v["name"] for v in data["variants"][4:]]
+    mla = [v["name"] for v in data["variants"][4:6]]
     assert params[mla[0]] > params[mla[1]]
 
 

@@ -55,7 +55,7 @@ CONFIG = {
 }
 WIDTH = 128  # F: the dense model's SwiGLU width
 TRAINING = {
-    "steps": 1000,
+    "steps": 800,
     "batch_size": 16,
     "context": 64,
     "lr": 3e-3,
@@ -181,6 +181,18 @@ def interval(values: list[float]) -> dict:
     return {"values": values, "mean": float(x.mean()), "sd": sd, "ci95": half, "n": n}
 
 
+def paired(runs: list, seeds: list) -> dict:
+    """Per seed, each pair's difference of held-out loss (same seed, same batches)."""
+    out = {}
+    for arm, other in PAIRS:
+        diffs = []
+        for seed in seeds:
+            loss = {r["arm"]: r["val_loss"] for r in runs if r["seed"] == seed}
+            diffs.append(loss[arm] - loss[other])
+        out[f"{arm}_minus_{other}"] = interval(diffs)
+    return out
+
+
 def throughput(vocab: int, config: dict, width: int, training: dict, repeats: int) -> dict:
     """Forward + backward tokens/s on one batch, the arms' models interleaved ``repeats``
     times (untrained weights: the routing of a random router, roughly even)."""
@@ -223,7 +235,9 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer, train_ids, val_ids = _study.char_data()
     if args.quick:
         val_ids = val_ids[:4096]
-    runs = []
+    repeats = 3 if args.quick else 11
+    speed = throughput(tokenizer.vocab_size, config, width, training, repeats)
+    runs, done = [], []
     for seed in seeds:
         for name, (options, balance) in arms(width).items():
             _study.seed(seed)
@@ -235,26 +249,20 @@ def main(argv: list[str] | None = None) -> dict:
                 f"({record['train_seconds']:.0f} s)",
                 flush=True,
             )
-    paired = {}
-    for arm, other in PAIRS:
-        diffs = []
-        for seed in seeds:
-            loss = {r["arm"]: r["val_loss"] for r in runs if r["seed"] == seed}
-            diffs.append(loss[arm] - loss[other])
-        paired[f"{arm}_minus_{other}"] = interval(diffs)
-    data = {
-        "command": "python scripts/moe_study.py" + (" --quick" if args.quick else ""),
-        "config": config,
-        "width": width,
-        "arms": {name: {"options": o, "balance": b} for name, (o, b) in arms(width).items()},
-        "training": {**training, "seeds": list(seeds)},
-        "runs": runs,
-        "paired": paired,
-        "throughput": throughput(
-            tokenizer.vocab_size, config, width, training, 3 if args.quick else 11
-        ),
-    }
-    return _study.finish(args.out, data, begin, digits=5)
+        done.append(seed)
+        # written after every seed: a run cut short keeps the seeds it finished
+        data = {
+            "command": "python scripts/moe_study.py" + (" --quick" if args.quick else ""),
+            "config": config,
+            "width": width,
+            "arms": {name: {"options": o, "balance": b} for name, (o, b) in arms(width).items()},
+            "training": {**training, "seeds": list(done)},
+            "runs": runs,
+            "paired": paired(runs, done),
+            "throughput": speed,
+        }
+        _study.finish(args.out, data, begin, digits=5)
+    return data
 
 
 if __name__ == "__main__":

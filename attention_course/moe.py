@@ -164,8 +164,9 @@ class MoE(nn.Module):
         """The top-k experts of each token, ``(N, k)``: by ``router_logits + router_bias``
         when there is a bias (no gradient flows through a choice either way)."""
         scores = router_logits.detach()
-        if self.router_bias is not None:
-            scores = scores.float() + self.router_bias  # (N, E) + (E,)
+        if self.router_bias is not None:  # in the wider dtype of the two (bfloat16: float32)
+            dtype = torch.promote_types(scores.dtype, self.router_bias.dtype)
+            scores = scores.to(dtype) + self.router_bias.to(dtype)  # (N, E) + (E,)
         return torch.topk(scores, self.top_k, dim=-1).indices
 
     @torch.no_grad()
@@ -184,7 +185,9 @@ class MoE(nn.Module):
         an underloaded one's up; DeepSeek-AI, 2024, "DeepSeek-V3 Technical Report",
         arXiv:2412.19437, §2.1.2, where ``rate`` is the "bias update speed" γ). Returns the
         load ``(E,)`` it used (:meth:`expert_load` of ``router_logits``, the step's
-        choice).
+        choice). The bias has the layer's dtype: in bfloat16 (8 bits of mantissa) steps much
+        smaller than the bias are rounded away, which is why Hugging Face keeps
+        ``e_score_correction_bias`` in float32; train with a float32 bias.
 
         Raises:
             ValueError: the layer was built without ``router_bias=True``; ``rate`` not a

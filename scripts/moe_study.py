@@ -27,9 +27,10 @@ expert's share (``1/E`` is perfect balance) and the entropy of the shares (``ln 
 perfect balance), and the same on the first 4,096 held-out characters at the end. The
 results go to ``book/data/moe_study.json`` (chapter 21 reads it), with per-seed paired
 differences of the held-out loss; the file is rewritten after every seed, so a run cut
-short keeps the seeds it finished (``training.seeds``). ``throughput``: forward + backward tokens per second of
-one training batch for ``dense``, ``moe`` and ``dense_wide``, interleaved repeats on this
-machine (a timing: it depends on the machine and its load).
+short keeps the seeds it finished (``training.seeds``). ``throughput``: forward +
+backward tokens per second of one training batch for ``dense``, ``moe`` and
+``dense_wide``, interleaved repeats on this machine (a timing: it depends on the machine
+and its load).
 """
 
 from __future__ import annotations

@@ -186,8 +186,9 @@ class MoE(nn.Module):
         arXiv:2412.19437, §2.1.2, where ``rate`` is the "bias update speed" γ). Returns the
         load ``(E,)`` it used (:meth:`expert_load` of ``router_logits``, the step's
         choice). The bias has the layer's dtype: in bfloat16 (8 bits of mantissa) steps much
-        smaller than the bias are rounded away, which is why Hugging Face keeps
-        ``e_score_correction_bias`` in float32; train with a float32 bias.
+        smaller than the bias are rounded away (Hugging Face keeps
+        ``e_score_correction_bias`` in float32, ``_keep_in_fp32_modules_strict``); train
+        with a float32 bias.
 
         Raises:
             ValueError: the layer was built without ``router_bias=True``; ``rate`` not a

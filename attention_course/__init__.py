@@ -40,7 +40,8 @@ Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``m
 attention, the cache per token), ``sinks`` 19 (attention sinks:
 StreamingLLM's kept first tokens, gpt-oss's learned sink logit), ``stability`` 20
 (soft-capping; QK-norm and the caps are options of ``gpt``'s attention and model), ``moe``
-21 (mixture of experts, the load-balancing loss), ``linear`` 22 (linear attention, the gated
+21 (mixture of experts, the load-balancing loss, DeepSeek-V3's balancing bias, the
+active parameters; a GPT with ``ffn="moe"``), ``linear`` 22 (linear attention, the gated
 delta rule), ``ring`` 23 (ring attention across processes, the launcher ``run_ring``);
 ``checks`` and ``quiz`` for the exercises, ``grading`` for instructors. The README has this
 map as a table, with the data modules and the helpers every chapter uses.
@@ -99,7 +100,7 @@ from .norms import RMSNorm
 # experts (21), a fixed-size state instead of T^2 (22), attention across processes (23).
 from .latent import MultiHeadLatentAttention, cache_per_token
 from .linear import gated_delta_rule, linear_attention
-from .moe import MoE, load_balancing_loss
+from .moe import MoE, active_parameters, load_balancing_loss
 from .ring import ring_attention, ring_attention_worker, run_ring
 from .sinks import StreamingAttentionCache, sink_attention, streaming_mask
 from .stability import softcap
@@ -167,6 +168,7 @@ __all__ = [
     "sink_attention",
     "streaming_mask",
     "MoE",
+    "active_parameters",
     "load_balancing_loss",
     "softcap",
     "gated_delta_rule",

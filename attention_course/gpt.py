@@ -27,6 +27,7 @@ from .fused import AttentionMask, FusedMask
 from .kv import KVLayout
 from .kv_cache import AttentionCache, DecoderCache
 from .latent import LatentCache, MultiHeadLatentAttention
+from .moe import MoE
 from .multihead import MultiHeadAttention, _check_heads, _merge_heads, _split_heads
 from .norms import RMSNorm, make_norm
 from .positional import sinusoidal_positional_encoding
@@ -36,7 +37,7 @@ from .stability import check_cap, softcap
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 NORMS = ("layer", "rms")
-FFNS = ("relu", "gelu", "swiglu", "none")  # "none": attention-only blocks (chapter 17)
+FFNS = ("relu", "gelu", "swiglu", "moe", "none")  # "none": attention-only blocks (chapter 17)
 ATTENTIONS = ("mha", "mla")  # "mla": multi-head latent attention (chapter 18)
 # Absolute positions are added to the embeddings: the model cannot go beyond max_len.
 ABSOLUTE_POSITIONS = ("learned", "sinusoidal")
@@ -111,6 +112,28 @@ def _check_latent(
             raise ValueError(
                 f"{name}: got {value!r} with attention='mla', expected {default!r} (an option "
                 "of the package's CausalSelfAttention, not of MultiHeadLatentAttention)"
+            )
+
+
+def _check_moe_options(
+    ffn: str, num_experts: object, top_k: object, num_shared: object, router_bias: object
+) -> None:
+    """``num_experts`` is given exactly when ``ffn="moe"``; the other MoE options keep their
+    defaults otherwise (:class:`~attention_course.MoE` checks their values)."""
+    if ffn == "moe":
+        if num_experts is None:
+            raise ValueError("num_experts: got None with ffn='moe', expected a positive int")
+        return
+    for name, value, default in (
+        ("num_experts", num_experts, None),
+        ("top_k", top_k, 2),
+        ("num_shared", num_shared, 0),
+        ("router_bias", router_bias, False),
+    ):
+        if value != default or type(value) is not type(default):
+            raise ValueError(
+                f"{name}: got {value!r} with ffn={ffn!r}, expected ffn='moe' (or the default "
+                f"{default!r})"
             )
 
 
@@ -405,6 +428,10 @@ class GPTBlock(nn.Module):
         layout: KVLayout | None = None,
         sinks: bool = False,
         attn: MultiHeadLatentAttention | None = None,
+        num_experts: int | None = None,
+        top_k: int = 2,
+        num_shared: int = 0,
+        router_bias: bool = False,
     ) -> None:
         super().__init__()
         self.norm1 = make_norm(norm, d_model)
@@ -428,21 +455,35 @@ class GPTBlock(nn.Module):
             )
         if ffn == "none":  # attention-only (chapter 17): no FFN, so no norm before it
             self.norm2, self.ffn = nn.Identity(), None
+        elif ffn == "moe":  # chapter 21: E SwiGLU experts of width d_ff, k per token
+            self.norm2 = make_norm(norm, d_model)
+            self.ffn = MoE(d_model, d_ff, num_experts, top_k, num_shared, router_bias=router_bias)
         else:
             self.norm2 = make_norm(norm, d_model)
             self.ffn = make_ffn(ffn, d_model, d_ff, dropout)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x, mask=None, need_weights: bool = False, cache=None):
+    def forward(
+        self, x, mask=None, need_weights: bool = False, cache=None, need_router_logits=False
+    ):
+        """Returns ``x``; ``(x, weights)`` with ``need_weights``; ``need_router_logits``
+        (an MoE block) appends the router's logits ``(B·T, E)``."""
         if isinstance(self.attn, MultiHeadLatentAttention):  # its own positions and mask
             a = self.attn(self.norm1(x), cache=cache)
         else:
             a = self.attn(self.norm1(x), need_weights=need_weights, cache=cache, mask=mask)
         a, weights = a if need_weights else (a, None)
         x = x + self.dropout(a)
+        router_logits = None
         if self.ffn is not None:
-            x = x + self.dropout(self.ffn(self.norm2(x)))
-        return (x, weights) if need_weights else x
+            h = self.ffn(self.norm2(x))
+            if isinstance(self.ffn, MoE):  # (B, T, D) and the router logits (B·T, E)
+                h, router_logits = h
+            x = x + self.dropout(h)
+        out = (x, weights) if need_weights else (x,)
+        if need_router_logits:
+            out = (*out, router_logits)
+        return out if len(out) > 1 else x
 
 
 class GPT(nn.Module):
@@ -513,6 +554,20 @@ class GPT(nn.Module):
     (Gemma 2's ``final_logit_softcapping``: ``logits = cap * tanh(logits / cap)`` after
     the head).
 
+    Chapter 21: ``ffn="moe"`` makes every block's feed-forward network a
+    :class:`~attention_course.MoE` of ``num_experts`` SwiGLU experts of width ``d_ff``
+    (default as ``"swiglu"``), ``top_k`` per token, ``num_shared`` shared experts and,
+    with ``router_bias=True``, DeepSeek-V3's balancing bias (update it after each step
+    with each layer's :meth:`~attention_course.MoE.update_router_bias`). Every expert's
+    ``w2`` (and the shared one's) gets the residual initialisation, the router N(0,
+    0.02). ``num_experts`` is required with ``ffn="moe"``; with another ``ffn``, giving
+    it (or a ``top_k``, ``num_shared``, ``router_bias`` other than the default) raises
+    ``ValueError``. The balancing loss needs the router's logits:
+    ``forward(ids, return_router_logits=True)`` returns ``(logits, router_logits)``, a
+    list with each layer's ``(B·T, E)`` (``torch.cat`` them for
+    :func:`~attention_course.load_balancing_loss`, as Hugging Face pools the layers'
+    tokens); with ``return_attention`` too, ``(logits, weights, router_logits)``.
+
     ``forward(ids, return_attention=True)`` also returns a list with each layer's
     attention weights ``(B, H, T, S)``. With ``cache`` (from :meth:`new_cache`) ``ids``
     holds only the new tokens; their positions continue after the cached ones (see
@@ -552,6 +607,10 @@ class GPT(nn.Module):
         qk_norm: bool = False,
         softcap: float | None = None,
         final_softcap: float | None = None,
+        num_experts: int | None = None,
+        top_k: int = 2,
+        num_shared: int = 0,
+        router_bias: bool = False,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -562,13 +621,14 @@ class GPT(nn.Module):
             ("max_len", max_len),
         ):
             check_positive_int(name, value)
+        _check_choice("ffn", ffn, FFNS)
         if d_ff is None:
-            d_ff = swiglu_hidden_size(d_model) if ffn == "swiglu" else 4 * d_model
+            d_ff = swiglu_hidden_size(d_model) if ffn in ("swiglu", "moe") else 4 * d_model
         check_positive_int("d_ff", d_ff)
         check_probability("dropout", dropout)
         _check_choice("pos", pos, POSITIONS)
         _check_choice("norm", norm, NORMS)
-        _check_choice("ffn", ffn, FFNS)
+        _check_moe_options(ffn, num_experts, top_k, num_shared, router_bias)
         if not isinstance(tie_weights, bool):
             raise ValueError(f"tie_weights: got {tie_weights!r}, expected True or False")
         _check_heads(d_model, num_heads)  # the attention module's own message
@@ -628,6 +688,10 @@ class GPT(nn.Module):
         self.qk_norm = qk_norm
         self.softcap = softcap
         self.final_softcap = final_softcap
+        self.num_experts = num_experts  # chapter 21: None unless ffn="moe"
+        self.top_k = top_k
+        self.num_shared = num_shared
+        self.router_bias = router_bias
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         if pos == "learned":
             self.pos_emb = nn.Embedding(max_len, d_model)
@@ -654,6 +718,10 @@ class GPT(nn.Module):
                 attn=None
                 if attention == "mha"
                 else MultiHeadLatentAttention(d_model, num_heads, kv_rank, d_rope=d_rope),
+                num_experts=num_experts,
+                top_k=top_k,
+                num_shared=num_shared,
+                router_bias=router_bias,
             )
             for _ in range(num_layers)
         )
@@ -698,6 +766,10 @@ class GPT(nn.Module):
             "qk_norm": self.qk_norm,
             "softcap": self.softcap,
             "final_softcap": self.final_softcap,
+            "num_experts": self.num_experts,
+            "top_k": self.top_k,
+            "num_shared": self.num_shared,
+            "router_bias": self.router_bias,
         }
 
     @torch.no_grad()
@@ -723,8 +795,14 @@ class GPT(nn.Module):
             nn.init.normal_(block.attn.w_o.weight, 0.0, residual_std)
             if block.ffn is None:  # attention-only
                 continue
-            down = block.ffn.w2 if self.ffn_type == "swiglu" else block.ffn.linear2
-            nn.init.normal_(down.weight, 0.0, residual_std)
+            if self.ffn_type == "moe":  # every expert writes into the residual stream
+                downs = [expert.w2 for expert in block.ffn.experts]
+                if block.ffn.shared is not None:
+                    downs.append(block.ffn.shared.w2)
+            else:
+                downs = [block.ffn.w2 if self.ffn_type == "swiglu" else block.ffn.linear2]
+            for down in downs:
+                nn.init.normal_(down.weight, 0.0, residual_std)
 
     def new_cache(self) -> DecoderCache:
         """An empty KV cache (chapter 12) for this model: a
@@ -743,8 +821,17 @@ class GPT(nn.Module):
         return DecoderCache(layers)
 
     def forward(
-        self, ids: torch.Tensor, return_attention: bool = False, cache: DecoderCache | None = None
+        self,
+        ids: torch.Tensor,
+        return_attention: bool = False,
+        cache: DecoderCache | None = None,
+        return_router_logits: bool = False,
     ):
+        if return_router_logits and self.ffn_type != "moe":
+            raise ValueError(
+                f"return_router_logits: the model has no router (ffn={self.ffn_type!r}), "
+                "expected ffn='moe'"
+            )
         start = cache.length if cache is not None else 0
         limit = self.max_len - start if self.pos in ABSOLUTE_POSITIONS else 2**62
         if limit < 1:
@@ -774,17 +861,31 @@ class GPT(nn.Module):
             mask = causal_attention_mask(
                 T, start + T, self.kv_layout, self.attention_positions, x.device, x.dtype
             )
-        weights = []
+        weights, router_logits = [], []
         for i, block in enumerate(self.blocks):
             layer_cache = cache.layers[i] if cache is not None else None
-            x = block(x, mask, need_weights=return_attention, cache=layer_cache)
+            out = block(
+                x,
+                mask,
+                need_weights=return_attention,
+                cache=layer_cache,
+                need_router_logits=return_router_logits,
+            )
+            if not (return_attention or return_router_logits):
+                x = out
+                continue
+            x, *extra = out
             if return_attention:
-                x, w = x
-                weights.append(w)
+                weights.append(extra.pop(0))
+            if return_router_logits:
+                router_logits.append(extra.pop(0))  # (B·T, E) for this layer
         logits = self.head(self.norm(x))  # (B, T, D) -> (B, T, V)
         if self.final_softcap is not None:  # Gemma 2: every logit into (-cap, cap)
             logits = softcap(logits, self.final_softcap)
-        return (logits, weights) if return_attention else logits
+        out = (logits, weights) if return_attention else (logits,)
+        if return_router_logits:
+            out = (*out, router_logits)
+        return out if len(out) > 1 else logits
 
 
 def load_gpt_checkpoint(path=None, map_location="cpu") -> GPT:

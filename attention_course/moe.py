@@ -64,7 +64,20 @@ class MoE(nn.Module):
     ``top_k``, ``num_shared``.
 
     Parameters: total ``3·D·F·(E + num_shared) + D·E``; active per token (used for one
-    token) ``3·D·F·(k + num_shared) + D·E``.
+    token) ``3·D·F·(k + num_shared) + D·E`` (:func:`active_parameters`).
+
+    ``router_bias=True`` (keyword-only): DeepSeek-V3's auxiliary-loss-free balancing
+    (DeepSeek-AI, 2024, "DeepSeek-V3 Technical Report", arXiv:2412.19437, §2.1.2). A
+    buffer ``router_bias (E,)``, zeros at first, is added to the router logits to *choose*
+    the top-k experts only; the weights stay the renormalised probabilities of the chosen
+    experts without the bias. No gradient trains it: after each optimiser step
+    :meth:`update_router_bias` moves it by the sign of each expert's load error, so an
+    overloaded expert is chosen less often, without a loss term that pulls on the
+    router's gradient. DeepSeek-V3 adds its bias to sigmoid affinities (Hugging Face:
+    ``DeepseekV3TopkRouter.e_score_correction_bias``, a buffer the library does not
+    update); this layer's router is Mixtral's softmax, so the bias goes on the logits
+    (the choice by ``p_e · e^{b_e}``). Without it ``router_bias`` is None and not in the
+    state dict.
 
     Hugging Face: ``MixtralSparseMoeBlock`` (``transformers.models.mixtral``; eval mode,
     no router jitter), which stores the experts' weights fused, as 3-D parameters:
@@ -96,11 +109,18 @@ class MoE(nn.Module):
 
     Raises:
         ValueError: a size not a positive integer, ``num_shared < 0``, ``top_k >
-        num_experts``; ``x`` not a float ``(B, T, D)``.
+        num_experts``, ``router_bias`` not a bool; ``x`` not a float ``(B, T, D)``.
     """
 
     def __init__(
-        self, d_model: int, d_ff: int, num_experts: int, top_k: int = 2, num_shared: int = 0
+        self,
+        d_model: int,
+        d_ff: int,
+        num_experts: int,
+        top_k: int = 2,
+        num_shared: int = 0,
+        *,
+        router_bias: bool = False,
     ) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
@@ -109,6 +129,8 @@ class MoE(nn.Module):
         _check_top_k(top_k, num_experts)
         if isinstance(num_shared, bool) or not isinstance(num_shared, int) or num_shared < 0:
             raise ValueError(f"num_shared: got {num_shared!r}, expected an integer >= 0")
+        if not isinstance(router_bias, bool):
+            raise ValueError(f"router_bias: got {router_bias!r}, expected True or False")
         self.d_model = d_model
         self.d_ff = d_ff
         self.num_experts = num_experts
@@ -117,6 +139,11 @@ class MoE(nn.Module):
         self.router = nn.Linear(d_model, num_experts, bias=False)
         self.experts = nn.ModuleList(SwiGLU(d_model, d_ff) for _ in range(num_experts))
         self.shared = SwiGLU(d_model, num_shared * d_ff) if num_shared > 0 else None
+        # DeepSeek-V3's balancing bias (selection only), a buffer: trained by
+        # update_router_bias, not by the gradient. None (and absent from the state dict)
+        # without router_bias.
+        bias = torch.zeros(num_experts) if router_bias else None
+        self.register_buffer("router_bias", bias)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The router's decision for tokens ``x (N, D)``: ``(router_logits (N, E),
@@ -125,9 +152,59 @@ class MoE(nn.Module):
         indices, largest first."""
         router_logits = self.router(x)  # (N, D) -> (N, E)
         probs = _router_probabilities(router_logits)  # softmax over all E, then top-k
-        weights, experts = torch.topk(probs, self.top_k, dim=-1)  # (N, k) each
+        if self.router_bias is None:
+            weights, experts = torch.topk(probs, self.top_k, dim=-1)  # (N, k) each
+        else:  # DeepSeek-V3: the bias decides which experts, not how much of each
+            experts = self._select(router_logits)  # (N, k)
+            weights = probs.gather(-1, experts)  # the unbiased probabilities, (N, k)
         weights = weights / weights.sum(dim=-1, keepdim=True)  # the k weights sum to 1
         return router_logits, weights, experts
+
+    def _select(self, router_logits: torch.Tensor) -> torch.Tensor:
+        """The top-k experts of each token, ``(N, k)``: by ``router_logits + router_bias``
+        when there is a bias (no gradient flows through a choice either way)."""
+        scores = router_logits.detach()
+        if self.router_bias is not None:  # in the wider dtype of the two (bfloat16: float32)
+            dtype = torch.promote_types(scores.dtype, self.router_bias.dtype)
+            scores = scores.to(dtype) + self.router_bias.to(dtype)  # (N, E) + (E,)
+        return torch.topk(scores, self.top_k, dim=-1).indices
+
+    @torch.no_grad()
+    def expert_load(self, router_logits: torch.Tensor) -> torch.Tensor:
+        """How many of the tokens each expert received: ``(E,)`` integer counts, summing to
+        ``N · k``, for the ``router_logits (N, E)`` this layer returned (the choice
+        :meth:`forward` made, the bias included)."""
+        chosen = self._select(router_logits)  # (N, k)
+        return torch.bincount(chosen.reshape(-1), minlength=self.num_experts)  # (E,)
+
+    @torch.no_grad()
+    def update_router_bias(self, router_logits: torch.Tensor, rate: float = 1e-3) -> torch.Tensor:
+        """DeepSeek-V3's auxiliary-loss-free balancing step: after a training step, each
+        expert's bias moves by ``rate`` towards balance, by the *sign* of its load error,
+        ``b_e += rate · sign(mean load - load_e)`` (an overloaded expert's bias goes down,
+        an underloaded one's up; DeepSeek-AI, 2024, "DeepSeek-V3 Technical Report",
+        arXiv:2412.19437, §2.1.2, where ``rate`` is the "bias update speed" γ). Returns the
+        load ``(E,)`` it used (:meth:`expert_load` of ``router_logits``, the step's
+        choice). The bias has the layer's dtype: in bfloat16 (8 bits of mantissa) steps much
+        smaller than the bias are rounded away (Hugging Face keeps
+        ``e_score_correction_bias`` in float32, ``_keep_in_fp32_modules_strict``); train
+        with a float32 bias.
+
+        Raises:
+            ValueError: the layer was built without ``router_bias=True``; ``rate`` not a
+            number >= 0.
+        """
+        if self.router_bias is None:
+            raise ValueError(
+                "router_bias: this MoE has none (built with router_bias=False), expected "
+                "MoE(..., router_bias=True) to update it"
+            )
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate >= 0:
+            raise ValueError(f"rate: got {rate!r}, expected a number >= 0")
+        load = self.expert_load(router_logits)  # (E,)
+        error = load.float().mean() - load.float()  # > 0: underloaded
+        self.router_bias += rate * torch.sign(error)
+        return load
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         require_float("x", x)
@@ -194,3 +271,17 @@ def load_balancing_loss(router_logits: torch.Tensor, num_experts: int, top_k: in
     f = picked.to(probs.dtype).mean(dim=0)  # (E,) fraction of tokens that picked e
     P = probs.mean(dim=0)  # (E,) mean router probability
     return num_experts * (f * P).sum()
+
+
+def active_parameters(model: nn.Module) -> int:
+    """The parameters one token uses: all of ``model``'s, less ``E - k`` experts in every
+    :class:`MoE` inside it (a token passes through ``k`` of the ``E`` experts; the router
+    and the shared experts count in full). A model without an :class:`MoE` gives its
+    parameter count (parameters shared between modules, e.g. tied embeddings, count once).
+    """
+    total = sum(p.numel() for p in model.parameters())
+    for module in model.modules():
+        if isinstance(module, MoE):
+            per_expert = sum(p.numel() for p in module.experts[0].parameters())
+            total -= (module.num_experts - module.top_k) * per_expert
+    return total

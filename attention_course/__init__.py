@@ -36,7 +36,8 @@ Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``m
 (PyTorch's kernel, the one mask per forward), ``kv_cache`` and ``tiled`` 12, ``gpt``,
 ``sampling``, ``tokenizer`` and ``ngram`` 13, ``train`` 3, 10, 11 and 13,
 ``relative_positions`` 14 (RoPE, ALiBi, the position pieces attention is given), ``kv``
-15 (and the key/value layout piece), ``interpret`` 17, ``sinks`` 19 (attention sinks:
+15 (and the key/value layout piece), ``interpret`` 17, ``latent`` 18 (multi-head latent
+attention, the cache per token), ``sinks`` 19 (attention sinks:
 StreamingLLM's kept first tokens, gpt-oss's learned sink logit), ``stability`` 20
 (soft-capping; QK-norm and the caps are options of ``gpt``'s attention and model), ``moe``
 21 (mixture of experts, the load-balancing loss), ``linear`` 22 (linear attention, the gated
@@ -94,8 +95,9 @@ from .ffn import SwiGLU
 from .norms import RMSNorm
 
 # isort: split
-# Part VI: attention sinks (19), logits kept in range (20), mixture of experts (21), a
-# fixed-size state instead of T^2 (22), attention across processes (23).
+# Part VI: latent attention (18), attention sinks (19), logits kept in range (20), mixture of
+# experts (21), a fixed-size state instead of T^2 (22), attention across processes (23).
+from .latent import MultiHeadLatentAttention, cache_per_token
 from .linear import gated_delta_rule, linear_attention
 from .moe import MoE, load_balancing_loss
 from .ring import ring_attention, ring_attention_worker, run_ring
@@ -159,6 +161,8 @@ __all__ = [
     "repeat_kv",
     "sliding_window_mask",
     # Part VI
+    "MultiHeadLatentAttention",
+    "cache_per_token",
     "StreamingAttentionCache",
     "sink_attention",
     "streaming_mask",

@@ -238,6 +238,187 @@ MISTAKES: dict[str, str] = {
         "the output uses the weights before dropout: the heads must be averaged with the "
         "dropped-out weights"
     ),
+    # ---- multi-head latent attention, absorbed (exercise 18)
+    "mla-rope-on-whole-query": (
+        "RoPE was applied to the whole query (or the whole key): only the last d_rope "
+        "features of each head, q_rope, rotate; q_nope (the first d_nope) and the latent "
+        "part of the key carry no position, which is what lets W_UK be absorbed"
+    ),
+    "mla-k-rope-rotated-again": (
+        "the shared rotary key was rotated again: k_rope comes from the cache already "
+        "rotated (at its own position); rotate only the new queries' q_rope"
+    ),
+    "mla-k-rope-not-broadcast": (
+        "the shared rotary key was not broadcast over the heads: k_rope (B, S, d_rope) has no "
+        "head axis, so `q_rope @ k_rope.transpose(-1, -2)` pairs head h with batch element "
+        "h; add the head axis, `k_rope[:, None]` -> (B, 1, S, d_rope)"
+    ),
+    "mla-scale-from-d-nope": (
+        "the scores are scaled by 1/sqrt(d_nope): each head's query is [q_nope | q_rope], "
+        "d_nope + d_rope features, so scale by 1/sqrt(d_nope + d_rope)"
+    ),
+    "mla-scale-from-latent": (
+        "the scores are scaled by 1/sqrt(kv_rank + d_rope), the width of the absorbed dot "
+        "product: absorption changes how the score is computed, not its value; scale by "
+        "1/sqrt(d_nope + d_rope) as the naive form does"
+    ),
+    "mla-uk-transposed": (
+        "absorption with the wrong transpose: per head W_UK_h = w_ukv.view(H, d_nope + d_v, "
+        "kv_rank)[h, :d_nope] is (d_nope, kv_rank) and k_nope = latent @ W_UK_h.T, so "
+        "q_nope . k_nope = (q_nope @ W_UK_h) . latent: the absorbed query is q_nope @ W_UK_h, "
+        "not q_nope @ W_UK_h.T"
+    ),
+    "mla-uv-transposed": (
+        "W_UV applied with the wrong transpose: per head W_UV_h = w_ukv.view(H, d_nope + d_v, "
+        "kv_rank)[h, d_nope:] is (d_v, kv_rank), so the output is (weights @ latent) @ "
+        "W_UV_h.T"
+    ),
+    "mla-ukv-read-as-in-out": (
+        "w_ukv was read as (kv_rank, out): an nn.Linear weight is (out_features, in_features), "
+        "here (H * (d_nope + d_v), kv_rank); view it as (H, d_nope + d_v, kv_rank), each "
+        "head's rows [k_nope | v]"
+    ),
+    "mla-ukv-split-wrong": (
+        "w_ukv was split as [all k_nope | all v] over the heads: its rows are per head, "
+        "[k_nope_h | v_h] for h = 0 .. H - 1; view as (H, d_nope + d_v, kv_rank) first, then "
+        "split the second axis"
+    ),
+    "mla-causal-no-offset": (
+        "the causal mask ignores the cached tokens: the T new queries are the last T of the S "
+        "positions (S - T .. S - 1), so query t sees keys j <= S - T + t "
+        "(`torch.ones(T, S).tril(diagonal=S - T)`)"
+    ),
+    "mla-queries-at-zero": (
+        "the queries were rotated at positions 0 .. T - 1: they are the last T of the S "
+        "positions, S - T .. S - 1 (the cache holds the S - T before them)"
+    ),
+    # ---- the KV cache of a configuration (exercise 18)
+    "cache-mla-keys-and-values": (
+        "MLA's latent was counted twice (once for keys, once for values): keys and values "
+        "are both up-projected from the same cached latent, so a token stores kv_rank + "
+        "d_rope numbers per layer"
+    ),
+    "cache-mla-no-rope-key": (
+        "MLA's shared rotary key is missing: besides the kv_rank latent a token caches its "
+        "d_rope-wide rotated key, kv_rank + d_rope numbers per layer"
+    ),
+    "cache-mla-rope-per-head": (
+        "MLA's rotary key was counted per head: one k_rope of d_rope numbers is shared by all "
+        "heads, kv_rank + d_rope per token per layer"
+    ),
+    "cache-mla-decompressed": (
+        "MLA was counted as the keys and values it decompresses to (2 H Dh per token): the "
+        "cache holds only the latent and the shared rotary key, kv_rank + d_rope"
+    ),
+    "cache-keys-only": (
+        "only the keys were counted: the cache holds keys and values, 2 numbers per head "
+        "feature (MHA 2 H Dh, GQA 2 Hkv Dh, MQA 2 Dh per token per layer)"
+    ),
+    "cache-kv-heads-ignored": (
+        "grouped or multi-query attention counted with all H query heads: only the key/value "
+        "heads are cached, 2 Hkv Dh per token per layer (Hkv = 1 for MQA)"
+    ),
+    "cache-layers-ignored": "the layers are missing: every layer keeps its own cache",
+    "cache-bytes-ignored": ("the count is in numbers, not bytes: multiply by bytes_per_number"),
+    "cache-batch-ignored": "the batch is missing: each sequence of the batch has its own cache",
+    # ---- YaRN and the other RoPE scalings (exercise 19)
+    "yarn-ramp-reversed": (
+        "the ramp runs the wrong way: YaRN keeps the high-frequency pairs (small i, many turns "
+        "over the original length) as they are and interpolates the low-frequency ones "
+        "(divides by s); the extrapolation weight is 1 - ramp(i), 1 below `low`, 0 above `high`"
+    ),
+    "yarn-no-rounding": (
+        "the correction range is not rounded: HF's `_compute_yarn_parameters` (truncate=True) "
+        "takes floor(low) and ceil(high) before the ramp"
+    ),
+    "yarn-rounding-swapped": (
+        "the correction range is rounded the wrong way: floor(low) and ceil(high) (the range "
+        "widens), not ceil(low) and floor(high)"
+    ),
+    "yarn-interpolates-high-frequencies": (
+        "every frequency was divided by the factor (position interpolation): YaRN leaves the "
+        "high frequencies (pairs below `low`) unchanged and interpolates only the low ones"
+    ),
+    "yarn-no-interpolation": (
+        "no frequency was interpolated: the pairs above `high` turn at base^(-2i/d) / s"
+    ),
+    "yarn-betas-swapped": (
+        "beta_fast and beta_slow are swapped: low comes from beta_fast (32 rotations, the "
+        "high frequencies), high from beta_slow (1 rotation)"
+    ),
+    "yarn-ramp-over-features": (
+        "the ramp was indexed by the feature 2i instead of the pair i: the correction range "
+        "counts pairs, ramp(i) = clamp((i - low) / (high - low), 0, 1) for i = 0 .. d/2 - 1"
+    ),
+    "yarn-attention-factor": (
+        "the attention factor is wrong: YaRN's is 0.1 ln(s) + 1 (HF's get_mscale)"
+    ),
+    "scaling-attention-factor-not-one": (
+        "linear and NTK scaling change no attention factor: return 1.0"
+    ),
+    "linear-scaling-multiplied": (
+        "linear scaling multiplies the frequencies by s: position interpolation slows every "
+        "pair down, base^(-2i/d) / s"
+    ),
+    "ntk-base-times-factor": (
+        "NTK-aware scaling multiplied the base by s: the new base is base * s^(d / (d - 2)), "
+        "so that the lowest frequency is divided by exactly s"
+    ),
+    "scaling-ignored": "the scaling is ignored: the frequencies are the unscaled base^(-2i/d)",
+    "yarn-factor-applied-once": (
+        "the attention factor was applied once: HF multiplies cos and sin by it, so it "
+        "scales the rotated queries *and* the rotated keys, and the scores by its square"
+    ),
+    "yarn-factor-not-applied": (
+        "the attention factor is not applied: multiply cos and sin (the rotated queries and "
+        "keys) by it"
+    ),
+    # ---- StreamingLLM's mask (exercise 19)
+    "streaming-sinks-see-future": (
+        "the sink columns are True in every row: a query i < num_sink would see a later "
+        "sink; the mask stays causal, j <= i and (j < num_sink or i - j < window)"
+    ),
+    "streaming-sinks-ignored": (
+        "the sink tokens are missing: besides the window every query keeps the first "
+        "num_sink tokens, j < num_sink"
+    ),
+    "streaming-window-one-wide": (
+        "the window keeps one token too many: i - j < window (the token itself and the "
+        "window - 1 before it), not i - j <= window"
+    ),
+    "streaming-window-one-narrow": (
+        "the window keeps one token too few: i - j < window keeps the token itself and the "
+        "window - 1 before it"
+    ),
+    "streaming-sinks-in-window": (
+        "the sinks were counted inside the window (the window shrunk by num_sink): the "
+        "window is `window` tokens besides the sinks, i - j < window"
+    ),
+    # ---- gpt-oss's learned sinks (exercise 19)
+    "sink-share-kept": (
+        "the sink's share is kept in the weights: after the softmax over [scores | sink] drop "
+        "the sink's column and do not renormalise, so each row sums to 1 - p_sink"
+    ),
+    "sink-ignored": (
+        "the sink logit is ignored: the weights are a plain softmax over the scores (what "
+        "dropping the sink's column and renormalising also gives); the softmax runs over "
+        "the scores *and* the head's sink logit, and the rows then sum to less than 1"
+    ),
+    "sink-added-after-softmax": (
+        "the sink entered after the softmax: the sink logit is one more entry of the softmax "
+        "row (its exp joins the normaliser), not something added to or divided out of the "
+        "probabilities"
+    ),
+    "sink-no-max-subtraction": (
+        "exp overflowed: with large scores exp(score) is inf; subtract each row's maximum "
+        "over the scores and the sink logit before exp (or use torch.softmax on the row "
+        "with the sink appended)"
+    ),
+    "sink-wrong-head": (
+        "the sinks were broadcast over the wrong axis: sinks (H,) holds one logit per head; "
+        "reshape it to (1, H, 1, 1) (`sinks.view(1, -1, 1, 1)`), so that every query row of "
+        "head h gets sinks[h]"
+    ),
 }
 """Every mistake by id: its message, a ``str.format`` template where it has ``{fields}``."""
 

@@ -1,0 +1,355 @@
+"""Checkers for exercise 18 (multi-head latent attention, DeepSeek-AI 2024, "DeepSeek-V2",
+arXiv:2405.04434, section 2.1): the absorbed attention over a latent cache, and the bytes
+of a model's KV cache.
+
+``mla_absorbed_attention(q, latent, k_rope, w_ukv, d_v) -> (output, q_absorbed)``: the
+attention step of :class:`~attention_course.latent.MultiHeadLatentAttention` with
+``absorbed=True``, given what the module has computed before it:
+
+* ``q (B, H, T, d_nope + d_rope)``: the new tokens' queries, per head ``[q_nope | q_rope]``,
+  **not yet rotated**;
+* ``latent (B, S, kv_rank)``: the cached latent (after ``kv_norm``) of all S positions, the
+  T new ones last;
+* ``k_rope (B, S, d_rope)``: the shared rotary key, as the cache stores it (already
+  rotated at positions 0 .. S - 1);
+* ``w_ukv``: the module's ``w_ukv.weight``, ``(H * (d_nope + d_v), kv_rank)``, per head
+  ``[k_nope | v]`` rows.
+
+It returns ``output (B, H, T, d_v)`` (each head's result, before ``w_o``) and the absorbed
+queries ``q_absorbed (B, H, T, kv_rank)``, ``q_nope @ W_UK_h`` per head: the part of the
+score that runs over the latent. The queries sit at positions S - T .. S - 1; the scale is
+``(d_nope + d_rope)^-1/2``; causal.
+
+The expected values come from the naive form written out here (:func:`naive_mla`: keys and
+values decompressed from the latent), which ``tests/test_exercises_18_19.py`` checks
+against the package's ``MultiHeadLatentAttention``; the named mistakes are the same
+computation with one thing wrong (RoPE on the whole query, the shared rotary key rotated
+twice or not broadcast over the heads, the scale from d_nope or from the latent width,
+absorption with the wrong transpose, ``w_ukv`` read the wrong way, the causal mask or the
+positions without the cached tokens).
+
+``kv_cache_bytes(config, tokens, batch=1) -> int``: the bytes of the KV cache of a model
+described by ``config`` (MHA, GQA, MQA or MLA) after ``tokens`` tokens; checked on
+configurations drawn from the run seed, so that no number can be looked up.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._answers import is_number, plain, show
+from ._compare import expect_close, expect_tuple
+from ._data import generator, randn
+from ._mistakes import says
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
+
+# ---------------------------------------------------------------- the naive form
+
+
+def _rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """Half-split RoPE in float64 (chapter 14's layout), an independent implementation."""
+    half = x.shape[-1] // 2
+    i = torch.arange(half, dtype=torch.float64)
+    angles = positions.to(torch.float64)[:, None] * base ** (-2.0 * i / x.shape[-1])
+    cos, sin = angles.cos(), angles.sin()
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def naive_mla(q, latent, k_rope, w_ukv, d_v, variant: str | None = None):
+    """``(output (B, H, T, d_v), q_absorbed (B, H, T, kv_rank))`` computed in float64 and
+    cast back to q's dtype, right (``variant=None``) or with one known mistake."""
+    dtype = q.dtype
+    q, latent, k_rope, w_ukv = (t.detach().to(torch.float64) for t in (q, latent, k_rope, w_ukv))
+    B, H, T, Dq = q.shape
+    S, r = latent.shape[1], latent.shape[2]
+    dr = k_rope.shape[-1]
+    dn = Dq - dr
+    if variant == "in_out":
+        W = w_ukv.reshape(r, H, dn + d_v).permute(1, 2, 0)
+    elif variant == "split":
+        W = torch.cat(
+            [w_ukv[: H * dn].reshape(H, dn, r), w_ukv[H * dn :].reshape(H, d_v, r)], dim=1
+        )
+    else:
+        W = w_ukv.reshape(H, dn + d_v, r)
+    W_UK, W_UV = W[:, :dn], W[:, dn:]  # (H, dn, r), (H, dv, r)
+    positions = torch.arange(S - T, S)
+    if variant == "queries_at_zero":
+        positions = torch.arange(T)
+    if variant == "whole_query":
+        q = _rope(q, positions)
+        q_nope, q_rope = q[..., :dn], q[..., dn:]
+    else:
+        q_nope, q_rope = q[..., :dn], _rope(q[..., dn:], positions)
+    kr = _rope(k_rope, torch.arange(S)) if variant == "rotate_again" else k_rope
+    if variant == "uk_transposed":
+        q_lat = torch.einsum("bhtd,hrd->bhtr", q_nope, W_UK)  # needs dn == r
+    else:
+        q_lat = torch.einsum("bhtd,hdr->bhtr", q_nope, W_UK)
+    if variant == "not_broadcast":
+        rope_scores = q_rope @ kr.transpose(-1, -2)  # (B, H, T, dr) @ (B, dr, S): B vs H
+    else:
+        rope_scores = q_rope @ kr[:, None].transpose(-1, -2)
+    scores = q_lat @ latent[:, None].transpose(-1, -2) + rope_scores
+    width = {"scale_d_nope": dn, "scale_latent": r + dr}.get(variant, dn + dr)
+    scores = scores * width**-0.5
+    offset = 0 if variant == "no_offset" else S - T
+    keep = torch.ones(T, S, dtype=torch.bool).tril(diagonal=offset)
+    weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)
+    context = weights @ latent[:, None]  # (B, H, T, r)
+    if variant == "uv_transposed":
+        out = torch.einsum("bhtr,hrv->bhtv", context, W_UV)  # needs dv == r
+    else:
+        out = torch.einsum("bhtr,hvr->bhtv", context, W_UV)
+    return out.to(dtype), q_lat.to(dtype)
+
+
+_MLA_VARIANTS = {
+    "whole_query": "mla-rope-on-whole-query",
+    "rotate_again": "mla-k-rope-rotated-again",
+    "not_broadcast": "mla-k-rope-not-broadcast",
+    "scale_d_nope": "mla-scale-from-d-nope",
+    "scale_latent": "mla-scale-from-latent",
+    "uk_transposed": "mla-uk-transposed",
+    "uv_transposed": "mla-uv-transposed",
+    "in_out": "mla-ukv-read-as-in-out",
+    "split": "mla-ukv-split-wrong",
+    "no_offset": "mla-causal-no-offset",
+    "queries_at_zero": "mla-queries-at-zero",
+}
+
+
+def _mla_mistakes(inputs, d_v, which: int):
+    return [
+        (says(mistake), lambda v=variant: naive_mla(*inputs, d_v, v)[which])
+        for variant, mistake in _MLA_VARIANTS.items()
+    ]
+
+
+def _mla_error_hint(text: str) -> str | None:
+    if "must match the size" in text or "cannot be multiplied" in text:
+        return (
+            "k_rope (B, S, d_rope) and latent (B, S, kv_rank) have no head axis: give them "
+            "one, `k_rope[:, None]`, before multiplying with the (B, H, T, .) queries; "
+            "w_ukv is (H * (d_nope + d_v), kv_rank): view it as (H, d_nope + d_v, kv_rank)"
+        )
+    return None
+
+
+def _mla_inputs(B, H, T, S, dn, dr, dv, r, seed, dtype):
+    q = randn(B, H, T, dn + dr, seed=seed, dtype=dtype)
+    latent = randn(B, S, r, seed=seed + 1, dtype=dtype)
+    k_rope = _rope(randn(B, S, dr, seed=seed + 2), torch.arange(S)).to(dtype)
+    w_ukv = (randn(H * (dn + dv), r, seed=seed + 3) / math.sqrt(r)).to(dtype)
+    return q, latent, k_rope, w_ukv
+
+
+def _mla_case(candidate, B, H, T, S, dn, dr, dv, r, *, seed, dtype=torch.float64):
+    def run():
+        inputs = _mla_inputs(B, H, T, S, dn, dr, dv, r, seed, dtype)
+        expected = naive_mla(*inputs, dv)
+        what = (
+            f"mla_absorbed_attention(q {tuple(inputs[0].shape)}, latent "
+            f"{tuple(inputs[1].shape)}, k_rope {tuple(inputs[2].shape)}, w_ukv "
+            f"{tuple(inputs[3].shape)}, d_v={dv})"
+        )
+        got = call_student(
+            candidate,
+            *(t.clone() for t in inputs),
+            dv,
+            what=what,
+            arg_names=("q", "latent", "k_rope", "w_ukv"),
+            error_hint=_mla_error_hint,
+        )
+        got = expect_tuple(got, 2, what, ("output", "q_absorbed"))
+        expect_close(
+            got[0],
+            expected[0],
+            f"the output of {what}",
+            mistakes=_mla_mistakes(inputs, dv, 0),
+        )
+        expect_close(
+            got[1],
+            expected[1],
+            f"q_absorbed of {what} (each head's q_nope @ W_UK_h, (B, H, T, kv_rank))",
+            mistakes=_mla_mistakes(inputs, dv, 1),
+        )
+
+    return run
+
+
+@checker("mla_absorbed_attention", chapter="18_latent_attention")
+def check_mla_absorbed_attention(candidate) -> list[Case]:
+    """Check ``mla_absorbed_attention(q, latent, k_rope, w_ukv, d_v) -> (output (B, H, T,
+    d_v), q_absorbed (B, H, T, kv_rank))``: MLA's attention run over the latent, W_UK folded
+    into the queries, W_UV applied after the weighted sum."""
+    return [
+        Case(
+            "B=2, H=3, T=S=4 (no earlier tokens), d_nope=4, d_rope=2, d_v=4, kv_rank=6",
+            _mla_case(candidate, 2, 3, 4, 4, 4, 2, 4, 6, seed=1),
+            covers=frozenset({"B>1", "S=T"}),
+        ),
+        Case(
+            "S=7 cached positions, T=3 new, d_v=6 != d_nope=4, d_rope=4, kv_rank=5",
+            _mla_case(candidate, 1, 2, 3, 7, 4, 4, 6, 5, seed=11),
+            covers=frozenset({"S!=T", "d_v!=d_nope"}),
+        ),
+        Case(
+            "B=2 sequences and H=2 heads, S=5, T=2: the shared rotary key per sequence",
+            _mla_case(candidate, 2, 2, 2, 5, 4, 2, 4, 3, seed=21),
+            covers=frozenset({"B>1", "B=H", "S!=T"}),
+        ),
+        Case(
+            "kv_rank = d_nope = d_v = 4, S=6, T=3: the transposes of W_UK and W_UV",
+            _mla_case(candidate, 1, 2, 3, 6, 4, 2, 4, 4, seed=31),
+            covers=frozenset({"kv_rank=d_nope=d_v", "S!=T"}),
+        ),
+        Case(
+            "one decoding step: T=1 query over S=9 cached positions, H=4",
+            _mla_case(candidate, 2, 4, 1, 9, 2, 2, 2, 3, seed=41),
+            covers=frozenset({"T=1", "S!=T", "B>1"}),
+        ),
+        Case(
+            "H=1, T=S=3",
+            _mla_case(candidate, 1, 1, 3, 3, 4, 2, 2, 3, seed=51),
+            weight=TRIVIAL,
+            covers=frozenset({"H=1"}),
+        ),
+        Case(
+            "float32, B=2, H=2, S=6, T=4, kv_rank=8",
+            _mla_case(candidate, 2, 2, 4, 6, 6, 2, 4, 8, seed=61, dtype=torch.float32),
+            covers=frozenset({"dtype=float32", "S!=T"}),
+        ),
+    ]
+
+
+# ---------------------------------------------------------------- the cache's bytes
+
+_KINDS = ("mha", "gqa", "mqa", "mla")
+
+
+def expected_cache_bytes(config: dict, tokens: int, batch: int = 1, variant: str | None = None):
+    """The bytes of the KV cache, right (``variant=None``) or with one known mistake."""
+    kind = config["attention"]
+    L, H, Dh = config["num_layers"], config["num_heads"], config["head_dim"]
+    per_layer = {
+        "mha": 2 * H * Dh,
+        "gqa": 2 * config.get("num_kv_heads", H) * Dh,
+        "mqa": 2 * Dh,
+        "mla": config.get("kv_rank", 0) + config.get("d_rope", 0),
+    }[kind]
+    if variant == "mla_twice" and kind == "mla":
+        per_layer = 2 * (config["kv_rank"] + config["d_rope"])
+    elif variant == "mla_no_rope" and kind == "mla":
+        per_layer = config["kv_rank"]
+    elif variant == "mla_rope_per_head" and kind == "mla":
+        per_layer = config["kv_rank"] + H * config["d_rope"]
+    elif variant == "mla_decompressed" and kind == "mla":
+        per_layer = 2 * H * Dh
+    elif variant == "keys_only" and kind != "mla":
+        per_layer //= 2
+    elif variant == "kv_heads_ignored" and kind in ("gqa", "mqa"):
+        per_layer = 2 * H * Dh
+    numbers = per_layer * tokens * batch * (1 if variant == "layers" else L)
+    if variant == "batch":
+        numbers //= batch
+    return numbers * (1 if variant == "bytes" else config["bytes_per_number"])
+
+
+_CACHE_VARIANTS = {
+    "mla_twice": "cache-mla-keys-and-values",
+    "mla_no_rope": "cache-mla-no-rope-key",
+    "mla_rope_per_head": "cache-mla-rope-per-head",
+    "mla_decompressed": "cache-mla-decompressed",
+    "keys_only": "cache-keys-only",
+    "kv_heads_ignored": "cache-kv-heads-ignored",
+    "layers": "cache-layers-ignored",
+    "bytes": "cache-bytes-ignored",
+    "batch": "cache-batch-ignored",
+}
+
+
+def draw_config(kind: str, seed: int) -> dict:
+    """A configuration of ``kind`` drawn from the run seed (sizes of today's models' scale)."""
+    g = generator(seed)
+
+    def pick(*values):
+        return values[int(torch.randint(len(values), (1,), generator=g))]
+
+    H = pick(8, 12, 16, 32, 40, 64, 128)
+    config = {
+        "attention": kind,
+        "num_layers": pick(12, 24, 28, 32, 40, 48, 61, 80),
+        "num_heads": H,
+        "head_dim": pick(64, 96, 128, 192),
+        "bytes_per_number": pick(1, 2, 4),
+    }
+    if kind == "gqa":
+        config["num_kv_heads"] = pick(*[h for h in (2, 4, 8) if H % h == 0 and h < H])
+    if kind == "mla":
+        config["kv_rank"] = pick(256, 384, 512, 768)
+        config["d_rope"] = pick(32, 64)
+    return config
+
+
+def _cache_case(candidate, kind: str, *, seed: int, tokens: int, batch: int | None = None):
+    def run():
+        config = draw_config(kind, seed)
+        kwargs = {} if batch is None else {"batch": batch}
+        b = 1 if batch is None else batch
+        expected = expected_cache_bytes(config, tokens, b)
+        what = f"kv_cache_bytes({config}, tokens={tokens}" + (
+            f", batch={batch})" if batch is not None else ")"
+        )
+        got = call_student(candidate, dict(config), tokens, what=what, **kwargs)
+        value = plain(got)
+        if not is_number(value) or (isinstance(value, float) and not value.is_integer()):
+            raise CaseFailed(
+                f"{what} returned {show(value)}: expected a whole number of bytes (an int)"
+            )
+        if int(value) == expected:
+            return
+        message = f"{what}: expected {expected:,} bytes, got {show(value)}"
+        for variant, mistake in _CACHE_VARIANTS.items():
+            wrong = expected_cache_bytes(config, tokens, b, variant)
+            if wrong != expected and wrong == int(value):
+                raise CaseFailed(message + f"\nLikely mistake: {says(mistake)}.")
+        raise CaseFailed(
+            message + "\nHint: per token and layer MHA caches 2 H Dh numbers, GQA 2 Hkv Dh, "
+            "MQA 2 Dh; MLA its latent and its shared rotary key; then layers, tokens, batch "
+            "and bytes_per_number."
+        )
+
+    return run
+
+
+@checker("kv_cache_bytes", chapter="18_latent_attention")
+def check_kv_cache_bytes(candidate) -> list[Case]:
+    """Check ``kv_cache_bytes(config, tokens, batch=1) -> int``: the bytes of the keys and
+    values (or MLA's latent and rotary key) cached by every layer after ``tokens`` tokens,
+    on configurations drawn from the run seed."""
+    return [
+        Case("MHA, 1,000 tokens", _cache_case(candidate, "mha", seed=1, tokens=1000)),
+        Case("GQA, 4,096 tokens", _cache_case(candidate, "gqa", seed=2, tokens=4096)),
+        Case("MQA, 512 tokens", _cache_case(candidate, "mqa", seed=3, tokens=512)),
+        Case("MLA, 32,768 tokens", _cache_case(candidate, "mla", seed=4, tokens=32768)),
+        Case(
+            "MLA, 100 tokens, batch=8",
+            _cache_case(candidate, "mla", seed=5, tokens=100, batch=8),
+            covers=frozenset({"batch"}),
+        ),
+        Case(
+            "GQA, 7 tokens, batch=3",
+            _cache_case(candidate, "gqa", seed=6, tokens=7, batch=3),
+            covers=frozenset({"batch"}),
+        ),
+        Case(
+            "MLA, one token",
+            _cache_case(candidate, "mla", seed=7, tokens=1),
+            weight=TRIVIAL,
+            covers=frozenset({"tokens=1"}),
+        ),
+    ]

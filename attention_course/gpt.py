@@ -24,6 +24,7 @@ from .ffn import make_ffn, swiglu_hidden_size
 from .fused import AttentionMask, FusedMask
 from .kv import KVLayout
 from .kv_cache import AttentionCache, DecoderCache
+from .latent import LatentCache, MultiHeadLatentAttention
 from .multihead import MultiHeadAttention, _check_heads, _split_heads
 from .norms import RMSNorm, make_norm
 from .positional import sinusoidal_positional_encoding
@@ -32,6 +33,7 @@ from .relative_positions import attention_positions
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 NORMS = ("layer", "rms")
 FFNS = ("relu", "gelu", "swiglu", "none")  # "none": attention-only blocks (chapter 17)
+ATTENTIONS = ("mha", "mla")  # "mla": multi-head latent attention (chapter 18)
 # Absolute positions are added to the embeddings: the model cannot go beyond max_len.
 ABSOLUTE_POSITIONS = ("learned", "sinusoidal")
 
@@ -61,6 +63,26 @@ def _check_rope_fn(rope_fn: object, pos: str | None) -> None:
         raise ValueError(f"rope_fn: got {rope_fn!r}, expected a function (x, positions) -> x")
     if pos != "rope":
         raise ValueError(f"rope_fn: given with pos={pos!r}, expected pos='rope' (it rotates q, k)")
+
+
+def _check_latent(attention, kv_rank, d_rope, pos, num_kv_heads, window, rope_fn) -> None:
+    """The arguments of latent attention (chapter 18): all or none of them."""
+    _check_choice("attention", attention, ATTENTIONS)
+    if attention == "mha":
+        for name, value in (("kv_rank", kv_rank), ("d_rope", d_rope)):
+            if value is not None:
+                raise ValueError(f"{name}: got {value!r} with attention='mha', expected None")
+        return
+    if kv_rank is None:
+        raise ValueError("kv_rank: got None with attention='mla', expected a positive int")
+    if pos != "rope":
+        raise ValueError(
+            f"pos: got {pos!r} with attention='mla', expected 'rope' (latent attention rotates "
+            "part of its queries and keys itself)"
+        )
+    for name, value in (("num_kv_heads", num_kv_heads), ("window", window), ("rope_fn", rope_fn)):
+        if value is not None:
+            raise ValueError(f"{name}: got {value!r} with attention='mla', expected None")
 
 
 def causal_attention_mask(
@@ -260,21 +282,25 @@ class GPTBlock(nn.Module):
         *,
         positions=None,
         layout: KVLayout | None = None,
+        attn: MultiHeadLatentAttention | None = None,
     ) -> None:
         super().__init__()
         self.norm1 = make_norm(norm, d_model)
-        self.attn = CausalSelfAttention(
-            d_model,
-            num_heads,
-            num_kv_heads,
-            dropout=dropout,
-            pos=pos,
-            window=window,
-            max_len=max_len,
-            rope_fn=rope_fn,
-            positions=positions,
-            layout=layout,
-        )
+        if attn is not None:  # a given attention module (chapter 18: latent attention)
+            self.attn = attn
+        else:
+            self.attn = CausalSelfAttention(
+                d_model,
+                num_heads,
+                num_kv_heads,
+                dropout=dropout,
+                pos=pos,
+                window=window,
+                max_len=max_len,
+                rope_fn=rope_fn,
+                positions=positions,
+                layout=layout,
+            )
         if ffn == "none":  # attention-only (chapter 17): no FFN, so no norm before it
             self.norm2, self.ffn = nn.Identity(), None
         else:
@@ -283,7 +309,10 @@ class GPTBlock(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x, mask=None, need_weights: bool = False, cache=None):
-        a = self.attn(self.norm1(x), need_weights=need_weights, cache=cache, mask=mask)
+        if isinstance(self.attn, MultiHeadLatentAttention):  # its own positions and mask
+            a = self.attn(self.norm1(x), cache=cache)
+        else:
+            a = self.attn(self.norm1(x), need_weights=need_weights, cache=cache, mask=mask)
         a, weights = a if need_weights else (a, None)
         x = x + self.dropout(a)
         if self.ffn is not None:
@@ -343,7 +372,12 @@ class GPT(nn.Module):
     the rotation, e.g. by another layout); ``num_kv_heads``
     (grouped keys and values) and ``window`` (sliding-window attention, with a rolling
     KV cache from :meth:`new_cache`) (chapter 15); ``norm`` "layer" and "rms", ``ffn``
-    "relu", "gelu" and "swiglu" (chapter 16); ``ffn="none"`` (chapter 17).
+    "relu", "gelu" and "swiglu" (chapter 16); ``ffn="none"`` (chapter 17);
+    ``attention="mla"`` (chapter 18): every block's attention is a
+    :class:`~attention_course.MultiHeadLatentAttention` with ``kv_rank`` and ``d_rope``
+    (default ``D / (2H)``), which rotates its own queries and keys (so ``pos="rope"``,
+    no ``rope_fn``, ``num_kv_heads`` or ``window``) and whose cache (:meth:`new_cache`)
+    keeps the latent and the rotary key (no attention weights are returned).
 
     ``forward(ids, return_attention=True)`` also returns a list with each layer's
     attention weights ``(B, H, T, S)``. With ``cache`` (from :meth:`new_cache`) ``ids``
@@ -376,6 +410,9 @@ class GPT(nn.Module):
         window: int | None = None,
         tie_weights: bool = True,
         rope_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        attention: str = "mha",
+        kv_rank: int | None = None,
+        d_rope: int | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -396,12 +433,15 @@ class GPT(nn.Module):
         if not isinstance(tie_weights, bool):
             raise ValueError(f"tie_weights: got {tie_weights!r}, expected True or False")
         _check_heads(d_model, num_heads)  # the attention module's own message
+        _check_latent(attention, kv_rank, d_rope, pos, num_kv_heads, window, rope_fn)
         # The pieces every layer's attention is given (one of each, shared): the key/value
         # layout (chapter 15) and the positions inside attention (chapter 14); their own
         # checks and messages.
         kv_layout = KVLayout(num_heads, num_kv_heads, window)
         _check_rope_fn(rope_fn, pos)
         attention_pos = pos if pos in ("rope", "alibi") else None  # inside attention (ch. 14)
+        if attention == "mla":  # the latent attention rotates its own queries and keys
+            attention_pos = None
         attention_pieces = attention_positions(attention_pos, num_heads, rope_fn)
 
         self.vocab_size = vocab_size
@@ -419,6 +459,7 @@ class GPT(nn.Module):
         self.num_kv_heads = num_kv_heads
         self.window = window
         self.rope_fn = rope_fn
+        self.attention, self.kv_rank, self.d_rope = attention, kv_rank, d_rope
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         if pos == "learned":
             self.pos_emb = nn.Embedding(max_len, d_model)
@@ -439,6 +480,9 @@ class GPT(nn.Module):
                 norm,
                 positions=attention_pieces,
                 layout=kv_layout,
+                attn=None
+                if attention == "mha"
+                else MultiHeadLatentAttention(d_model, num_heads, kv_rank, d_rope=d_rope),
             )
             for _ in range(num_layers)
         )
@@ -475,6 +519,9 @@ class GPT(nn.Module):
             "num_kv_heads": self.num_kv_heads,
             "window": self.window,
             "rope_fn": rope_fn,
+            "attention": self.attention,
+            "kv_rank": self.kv_rank,
+            "d_rope": self.d_rope,
         }
 
     @torch.no_grad()
@@ -506,7 +553,10 @@ class GPT(nn.Module):
         :class:`~attention_course.kv_cache.DecoderCache` with one cache per layer, an
         :class:`~attention_course.kv_cache.AttentionCache` (with ``window``, chapter 15: a
         :class:`~attention_course.kv.RollingAttentionCache` keeping the last ``window``
-        positions)."""
+        positions; with ``attention="mla"``, chapter 18: a
+        :class:`~attention_course.latent.LatentCache`)."""
+        if self.attention == "mla":
+            return DecoderCache([LatentCache() for _ in range(self.num_layers)])
         return DecoderCache([self.kv_layout.new_cache() for _ in range(self.num_layers)])
 
     def forward(
@@ -520,6 +570,11 @@ class GPT(nn.Module):
                 "(absolute positions end there)"
             )
         check_token_ids("ids", ids, self.vocab_size, limit)
+        if self.attention == "mla" and return_attention:
+            raise ValueError(
+                "return_attention: got True, expected False with attention='mla' (its absorbed "
+                "form never builds per-head keys, and it returns no weights)"
+            )
         T = ids.shape[1]
         x = self.tok_emb(ids)  # (B, T) -> (B, T, D)
         if self.pos == "sinusoidal":  # Vaswani et al. (2017, §3.4): unit-order, like the table
@@ -531,9 +586,11 @@ class GPT(nn.Module):
             x = x + self.pos_table[start : start + T].to(x.dtype)
         x = self.drop(x)
         # One mask for every layer, built once from the pieces the layers are given.
-        mask = causal_attention_mask(
-            T, start + T, self.kv_layout, self.attention_positions, x.device, x.dtype
-        )
+        mask = None  # latent attention builds its own
+        if self.attention == "mha":
+            mask = causal_attention_mask(
+                T, start + T, self.kv_layout, self.attention_positions, x.device, x.dtype
+            )
         weights = []
         for i, block in enumerate(self.blocks):
             layer_cache = cache.layers[i] if cache is not None else None

@@ -36,7 +36,8 @@ Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``m
 ``sampling``, ``tokenizer`` and ``ngram`` 13, ``train`` 3, 10, 11 and 13,
 ``relative_positions`` 14 (RoPE, ALiBi, the position pieces attention is given), ``kv``
 15 (and the key/value layout piece), ``interpret`` 17, ``latent`` 18 (multi-head latent
-attention, the cache per token); ``checks`` and ``quiz`` for the
+attention, the cache per token), ``sinks`` 19 (attention sinks: StreamingLLM's kept first
+tokens, gpt-oss's learned sink logit); ``checks`` and ``quiz`` for the
 exercises, ``grading`` for instructors. The README has this map as a table, with the
 data modules and the helpers every chapter uses.
 """
@@ -92,6 +93,7 @@ from .norms import RMSNorm
 # isort: split
 # Part VI (chapters 18-23): attention in today's models.
 from .latent import MultiHeadLatentAttention, cache_per_token
+from .sinks import StreamingAttentionCache, sink_attention, streaming_mask
 
 __version__ = "0.1.0"
 
@@ -152,4 +154,7 @@ __all__ = [
     # Part VI
     "MultiHeadLatentAttention",
     "cache_per_token",
+    "StreamingAttentionCache",
+    "sink_attention",
+    "streaming_mask",
 ]

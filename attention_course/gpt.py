@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ._validate import check_positive_int, check_probability, require_float, require_ndim
@@ -25,10 +26,11 @@ from .fused import AttentionMask, FusedMask
 from .kv import KVLayout
 from .kv_cache import AttentionCache, DecoderCache
 from .latent import LatentCache, MultiHeadLatentAttention
-from .multihead import MultiHeadAttention, _check_heads, _split_heads
+from .multihead import MultiHeadAttention, _check_heads, _merge_heads, _split_heads
 from .norms import RMSNorm, make_norm
 from .positional import sinusoidal_positional_encoding
 from .relative_positions import attention_positions
+from .sinks import _sink_attention
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 NORMS = ("layer", "rms")
@@ -158,6 +160,16 @@ class CausalSelfAttention(MultiHeadAttention):
     ``positions.rotate``, the cache (:meth:`~attention_course.MultiHeadAttention._remember`),
     ``layout.expand``, :meth:`~attention_course.MultiHeadAttention.attend`.
 
+    Chapter 19: ``sinks=True`` gives each head one learned sink logit, the parameter
+    ``sinks (H,)`` (gpt-oss): every row's softmax also runs over it and its share is
+    dropped (:func:`~attention_course.sinks.sink_attention`; rows sum to < 1). It starts at
+    0 (Hugging Face's port draws N(0, 0.02); 0 leaves every other weight's random draw as
+    in the model without sinks). Attention then always takes that path (PyTorch's fused
+    kernel has no sink), and dropout, if any, drops weights after the sink's share is
+    removed (as gpt-oss's ``eager_attention_forward``). A layout with ``num_sink``
+    (StreamingLLM's kept first tokens) is another thing: positions the window keeps, not
+    a parameter.
+
     An invalid value raises ``ValueError`` naming the argument
     (``num_heads % num_kv_heads != 0`` too; ``rope_fn`` without ``pos="rope"``, or not
     callable).
@@ -187,8 +199,11 @@ class CausalSelfAttention(MultiHeadAttention):
         *,
         positions=None,
         layout: KVLayout | None = None,
+        sinks: bool = False,
     ) -> None:
         super().__init__(d_model, num_heads, dropout=dropout, bias=bias)
+        if not isinstance(sinks, bool):
+            raise ValueError(f"sinks: got {sinks!r}, expected True or False")
         if layout is None:
             layout = KVLayout(num_heads, num_kv_heads, window)
         elif not isinstance(layout, KVLayout) or layout.num_heads != num_heads:
@@ -220,6 +235,8 @@ class CausalSelfAttention(MultiHeadAttention):
         self.max_len = max_len
         # a function given by the caller, not a closure over weights
         self.rope_fn = getattr(positions, "rotate_fn", None)
+        # gpt-oss's learned sinks (chapter 19): one logit per head, or None
+        self.sinks = nn.Parameter(torch.zeros(num_heads)) if sinks else None
 
     def forward(
         self,
@@ -256,6 +273,21 @@ class CausalSelfAttention(MultiHeadAttention):
         out, weights = self.attend(q, k, v, mask, need_weights)
         return (out, weights) if need_weights else out
 
+    def attend(self, q, k, v, mask=None, need_weights: bool = True):
+        """:meth:`~attention_course.MultiHeadAttention.attend`, or with learned ``sinks``
+        :func:`~attention_course.sinks.sink_attention` then ``w_o`` (same shapes; the
+        weights are returned only when asked for)."""
+        if self.sinks is None:
+            return super().attend(q, k, v, mask, need_weights)
+        if isinstance(mask, AttentionMask):
+            mask = mask.dense  # bool or additive float, or None
+        heads, weights = _sink_attention(q, k, v, self.sinks, mask, q.shape[-1] ** -0.5)
+        if self.training and self.dropout > 0.0:  # as gpt-oss: dropout after the sink's drop
+            weights = F.dropout(weights, p=self.dropout, training=True)
+            heads = weights @ v  # (B, H, T, S) @ (B, H, S, Dh) -> (B, H, T, Dh)
+        out = self.w_o(_merge_heads(heads))  # (B, H, T, Dh) -> (B, T, D)
+        return out, (weights if need_weights else None)
+
 
 class GPTBlock(nn.Module):
     """One pre-norm block: ``x + attn(norm1(x))``, then ``x + ffn(norm2(x))``.
@@ -283,6 +315,7 @@ class GPTBlock(nn.Module):
         positions=None,
         layout: KVLayout | None = None,
         attn: MultiHeadLatentAttention | None = None,
+        sinks: bool = False,
     ) -> None:
         super().__init__()
         self.norm1 = make_norm(norm, d_model)
@@ -300,6 +333,7 @@ class GPTBlock(nn.Module):
                 rope_fn=rope_fn,
                 positions=positions,
                 layout=layout,
+                sinks=sinks,
             )
         if ffn == "none":  # attention-only (chapter 17): no FFN, so no norm before it
             self.norm2, self.ffn = nn.Identity(), None
@@ -377,7 +411,11 @@ class GPT(nn.Module):
     :class:`~attention_course.MultiHeadLatentAttention` with ``kv_rank`` and ``d_rope``
     (default ``D / (2H)``), which rotates its own queries and keys (so ``pos="rope"``,
     no ``rope_fn``, ``num_kv_heads`` or ``window``) and whose cache (:meth:`new_cache`)
-    keeps the latent and the rotary key (no attention weights are returned).
+    keeps the latent and the rotary key (no attention weights are returned);
+    ``num_sink``
+    (with ``window``: StreamingLLM's kept first tokens, :func:`~attention_course.sinks.
+    streaming_mask`) and ``sinks`` (gpt-oss's learned sink logit per head,
+    :func:`~attention_course.sinks.sink_attention`) (chapter 19).
 
     ``forward(ids, return_attention=True)`` also returns a list with each layer's
     attention weights ``(B, H, T, S)``. With ``cache`` (from :meth:`new_cache`) ``ids``
@@ -413,6 +451,8 @@ class GPT(nn.Module):
         attention: str = "mha",
         kv_rank: int | None = None,
         d_rope: int | None = None,
+        num_sink: int = 0,
+        sinks: bool = False,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -437,7 +477,14 @@ class GPT(nn.Module):
         # The pieces every layer's attention is given (one of each, shared): the key/value
         # layout (chapter 15) and the positions inside attention (chapter 14); their own
         # checks and messages.
-        kv_layout = KVLayout(num_heads, num_kv_heads, window)
+        kv_layout = KVLayout(num_heads, num_kv_heads, window, num_sink)
+        if num_sink and pos == "alibi":
+            raise ValueError(
+                "num_sink: given with pos='alibi', expected another pos (ALiBi's bias assumes "
+                "the keys a cache returns are consecutive positions; the kept sinks are not)"
+            )
+        if not isinstance(sinks, bool):
+            raise ValueError(f"sinks: got {sinks!r}, expected True or False")
         _check_rope_fn(rope_fn, pos)
         attention_pos = pos if pos in ("rope", "alibi") else None  # inside attention (ch. 14)
         if attention == "mla":  # the latent attention rotates its own queries and keys
@@ -460,6 +507,8 @@ class GPT(nn.Module):
         self.window = window
         self.rope_fn = rope_fn
         self.attention, self.kv_rank, self.d_rope = attention, kv_rank, d_rope
+        self.num_sink = num_sink
+        self.sinks = sinks  # learned sink logits in every layer (chapter 19)
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         if pos == "learned":
             self.pos_emb = nn.Embedding(max_len, d_model)
@@ -483,6 +532,7 @@ class GPT(nn.Module):
                 attn=None
                 if attention == "mha"
                 else MultiHeadLatentAttention(d_model, num_heads, kv_rank, d_rope=d_rope),
+                sinks=sinks,
             )
             for _ in range(num_layers)
         )
@@ -522,6 +572,8 @@ class GPT(nn.Module):
             "attention": self.attention,
             "kv_rank": self.kv_rank,
             "d_rope": self.d_rope,
+            "num_sink": self.num_sink,
+            "sinks": self.sinks,
         }
 
     @torch.no_grad()
@@ -539,6 +591,8 @@ class GPT(nn.Module):
                 nn.init.zeros_(module.bias)
             elif isinstance(module, RMSNorm) and module.weight is not None:
                 nn.init.ones_(module.weight)
+            elif isinstance(module, CausalSelfAttention) and module.sinks is not None:
+                nn.init.zeros_(module.sinks)  # a sink logit of 0: e^0 = 1 beside the scores
         if self.pos == "sinusoidal":  # Vaswani et al. (2017, §3.4); same draws, rescaled
             self.tok_emb.weight.mul_(self.d_model**-0.5 / 0.02)
         for block in self.blocks:
@@ -554,10 +608,15 @@ class GPT(nn.Module):
         :class:`~attention_course.kv_cache.AttentionCache` (with ``window``, chapter 15: a
         :class:`~attention_course.kv.RollingAttentionCache` keeping the last ``window``
         positions; with ``attention="mla"``, chapter 18: a
-        :class:`~attention_course.latent.LatentCache`)."""
+        :class:`~attention_course.latent.LatentCache`; with ``num_sink``, chapter 19: a
+        :class:`~attention_course.sinks.StreamingAttentionCache` that also keeps the first
+        ``num_sink``, numbering positions within the cache with RoPE, as StreamingLLM)."""
         if self.attention == "mla":
             return DecoderCache([LatentCache() for _ in range(self.num_layers)])
-        return DecoderCache([self.kv_layout.new_cache() for _ in range(self.num_layers)])
+        layers = [
+            self.kv_layout.new_cache(self.attention_positions) for _ in range(self.num_layers)
+        ]
+        return DecoderCache(layers)
 
     def forward(
         self, ids: torch.Tensor, return_attention: bool = False, cache: DecoderCache | None = None

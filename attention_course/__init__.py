@@ -34,7 +34,8 @@ Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``m
 (absolute positions), ``transformer`` and ``diagram`` 10, ``classifier`` 11, ``fused``
 (PyTorch's kernel, the one mask per forward), ``kv_cache`` and ``tiled`` 12, ``gpt``,
 ``sampling``, ``tokenizer`` and ``ngram`` 13, ``train`` 3, 10, 11 and 13,
-``relative_positions`` 14 (RoPE, ALiBi, the position pieces attention is given), ``kv``
+``relative_positions`` 14 (RoPE, ALiBi, the position pieces attention is given) and 19
+(RoPE scaling: ``rope_frequencies``), ``kv``
 15 (and the key/value layout piece), ``interpret`` 17; ``checks`` and ``quiz`` for the
 exercises, ``grading`` for instructors. The README has this map as a table, with the
 data modules and the helpers every chapter uses.
@@ -87,6 +88,10 @@ from .train import evaluate_lm, train_language_model
 # Part V, chapter 16: the modern block.
 from .ffn import SwiGLU
 from .norms import RMSNorm
+
+# isort: split
+# Part VI, chapter 19: contexts longer than training.
+from .relative_positions import rope_frequencies
 
 __version__ = "0.1.0"
 
@@ -144,4 +149,5 @@ __all__ = [
     "apply_rope",
     "repeat_kv",
     "sliding_window_mask",
+    "rope_frequencies",
 ]

@@ -343,7 +343,11 @@ class GPT(nn.Module):
     the rotation, e.g. by another layout); ``num_kv_heads``
     (grouped keys and values) and ``window`` (sliding-window attention, with a rolling
     KV cache from :meth:`new_cache`) (chapter 15); ``norm`` "layer" and "rms", ``ffn``
-    "relu", "gelu" and "swiglu" (chapter 16); ``ffn="none"`` (chapter 17).
+    "relu", "gelu" and "swiglu" (chapter 16); ``ffn="none"`` (chapter 17);
+    ``rope_scaling`` (chapter 19, with ``pos="rope"`` only): a RoPE scaling dict (see
+    :func:`~attention_course.rope_frequencies`: linear, NTK-aware or YaRN) for every
+    layer. It adds no weights, so a model trained without it reads longer contexts with
+    it: ``GPT(**{**model.config(), "rope_scaling": {...}})`` then ``load_state_dict``.
 
     ``forward(ids, return_attention=True)`` also returns a list with each layer's
     attention weights ``(B, H, T, S)``. With ``cache`` (from :meth:`new_cache`) ``ids``
@@ -376,6 +380,7 @@ class GPT(nn.Module):
         window: int | None = None,
         tie_weights: bool = True,
         rope_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        rope_scaling: dict | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -401,8 +406,17 @@ class GPT(nn.Module):
         # checks and messages.
         kv_layout = KVLayout(num_heads, num_kv_heads, window)
         _check_rope_fn(rope_fn, pos)
+        if rope_scaling is not None and pos != "rope":
+            raise ValueError(
+                f"rope_scaling: given with pos={pos!r}, expected pos='rope' (it scales RoPE)"
+            )
+        if rope_scaling is not None and rope_fn is not None:
+            raise ValueError(
+                "rope_scaling: given with rope_fn, expected one of them (rope_scaling "
+                "changes the frequencies of the built-in rotation; a rope_fn has its own)"
+            )
         attention_pos = pos if pos in ("rope", "alibi") else None  # inside attention (ch. 14)
-        attention_pieces = attention_positions(attention_pos, num_heads, rope_fn)
+        attention_pieces = attention_positions(attention_pos, num_heads, rope_fn, rope_scaling)
 
         self.vocab_size = vocab_size
         self.d_model = d_model
@@ -419,6 +433,7 @@ class GPT(nn.Module):
         self.num_kv_heads = num_kv_heads
         self.window = window
         self.rope_fn = rope_fn
+        self.rope_scaling = None if rope_scaling is None else dict(rope_scaling)
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         if pos == "learned":
             self.pos_emb = nn.Embedding(max_len, d_model)
@@ -475,6 +490,7 @@ class GPT(nn.Module):
             "num_kv_heads": self.num_kv_heads,
             "window": self.window,
             "rope_fn": rope_fn,
+            "rope_scaling": None if self.rope_scaling is None else dict(self.rope_scaling),
         }
 
     @torch.no_grad()

@@ -34,7 +34,8 @@ Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``m
 (absolute positions), ``transformer`` and ``diagram`` 10, ``classifier`` 11, ``fused``
 (PyTorch's kernel, the one mask per forward), ``kv_cache`` and ``tiled`` 12, ``gpt``,
 ``sampling``, ``tokenizer`` and ``ngram`` 13, ``train`` 3, 10, 11 and 13,
-``relative_positions`` 14 (RoPE, ALiBi, the position pieces attention is given), ``kv``
+``relative_positions`` 14 (RoPE, ALiBi, the position pieces attention is given) and 19
+(RoPE scaling: ``rope_frequencies``), ``kv``
 15 (and the key/value layout piece), ``interpret`` 17, ``latent`` 18 (multi-head latent
 attention, the cache per token), ``sinks`` 19 (attention sinks: StreamingLLM's kept first
 tokens, gpt-oss's learned sink logit); ``checks`` and ``quiz`` for the
@@ -93,6 +94,7 @@ from .norms import RMSNorm
 # isort: split
 # Part VI (chapters 18-23): attention in today's models.
 from .latent import MultiHeadLatentAttention, cache_per_token
+from .relative_positions import rope_frequencies
 from .sinks import StreamingAttentionCache, sink_attention, streaming_mask
 
 __version__ = "0.1.0"
@@ -157,4 +159,5 @@ __all__ = [
     "StreamingAttentionCache",
     "sink_attention",
     "streaming_mask",
+    "rope_frequencies",
 ]

@@ -415,7 +415,11 @@ class GPT(nn.Module):
     ``num_sink``
     (with ``window``: StreamingLLM's kept first tokens, :func:`~attention_course.sinks.
     streaming_mask`) and ``sinks`` (gpt-oss's learned sink logit per head,
-    :func:`~attention_course.sinks.sink_attention`) (chapter 19).
+    :func:`~attention_course.sinks.sink_attention`) (chapter 19);
+    ``rope_scaling`` (chapter 19, with ``pos="rope"`` only): a RoPE scaling dict (see
+    :func:`~attention_course.rope_frequencies`: linear, NTK-aware or YaRN) for every
+    layer. It adds no weights, so a model trained without it reads longer contexts with
+    it: ``GPT(**{**model.config(), "rope_scaling": {...}})`` then ``load_state_dict``.
 
     ``forward(ids, return_attention=True)`` also returns a list with each layer's
     attention weights ``(B, H, T, S)``. With ``cache`` (from :meth:`new_cache`) ``ids``
@@ -453,6 +457,7 @@ class GPT(nn.Module):
         d_rope: int | None = None,
         num_sink: int = 0,
         sinks: bool = False,
+        rope_scaling: dict | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -486,10 +491,19 @@ class GPT(nn.Module):
         if not isinstance(sinks, bool):
             raise ValueError(f"sinks: got {sinks!r}, expected True or False")
         _check_rope_fn(rope_fn, pos)
+        if rope_scaling is not None and pos != "rope":
+            raise ValueError(
+                f"rope_scaling: given with pos={pos!r}, expected pos='rope' (it scales RoPE)"
+            )
+        if rope_scaling is not None and rope_fn is not None:
+            raise ValueError(
+                "rope_scaling: given with rope_fn, expected one of them (rope_scaling "
+                "changes the frequencies of the built-in rotation; a rope_fn has its own)"
+            )
         attention_pos = pos if pos in ("rope", "alibi") else None  # inside attention (ch. 14)
         if attention == "mla":  # the latent attention rotates its own queries and keys
             attention_pos = None
-        attention_pieces = attention_positions(attention_pos, num_heads, rope_fn)
+        attention_pieces = attention_positions(attention_pos, num_heads, rope_fn, rope_scaling)
 
         self.vocab_size = vocab_size
         self.d_model = d_model
@@ -509,6 +523,7 @@ class GPT(nn.Module):
         self.attention, self.kv_rank, self.d_rope = attention, kv_rank, d_rope
         self.num_sink = num_sink
         self.sinks = sinks  # learned sink logits in every layer (chapter 19)
+        self.rope_scaling = None if rope_scaling is None else dict(rope_scaling)
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         if pos == "learned":
             self.pos_emb = nn.Embedding(max_len, d_model)
@@ -574,6 +589,7 @@ class GPT(nn.Module):
             "d_rope": self.d_rope,
             "num_sink": self.num_sink,
             "sinks": self.sinks,
+            "rope_scaling": None if self.rope_scaling is None else dict(self.rope_scaling),
         }
 
     @torch.no_grad()

@@ -280,6 +280,16 @@ EXEMPT: dict[tuple[str, str], str] = {
         "a prebuilt mask shared by the layers of a GPT is the package's extra; exercise 13's "
         "module builds its own causal mask"
     ),
+    ("apply_rope", "scaling"): (
+        "RoPE scaling is chapter 19's (tested in tests/test_rope_scaling.py; exercise 19's "
+        "rope_frequencies and scaled_rope_scores grade it); exercise 14 asks for "
+        "apply_rope(x, positions=None, base=10000.0) only"
+    ),
+    ("causal_self_attention", "sinks"): (
+        "learned sink logits are chapter 19's (tested in tests/test_sinks.py; exercise 19's "
+        "sink_attention grades them); exercise 13 asks for (d_model, num_heads, bias, "
+        "dropout) only"
+    ),
     ("batch_norm", "momentum=None"): (
         "nn.BatchNorm1d's cumulative average; exercise 07 says it is not part of the task"
     ),

@@ -290,7 +290,7 @@ MISTAKES: dict[str, str] = {
     ),
     "mla-queries-at-zero": (
         "the queries were rotated at positions 0 .. T - 1: they are the last T of the S "
-        "positions, S - T .. S - 1 (the cache holds the S - T before them)"
+        "positions, S - T .. S - 1 (the S - T positions before them are earlier tokens)"
     ),
     # ---- the KV cache of a configuration (exercise 18)
     "cache-mla-keys-and-values": (

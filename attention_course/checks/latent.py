@@ -285,7 +285,7 @@ def draw_config(kind: str, seed: int) -> dict:
         "num_layers": pick(12, 24, 28, 32, 40, 48, 61, 80),
         "num_heads": H,
         "head_dim": pick(64, 96, 128, 192),
-        "bytes_per_number": pick(1, 2, 4),
+        "bytes_per_number": pick(2, 4),
     }
     if kind == "gqa":
         config["num_kv_heads"] = pick(*[h for h in (2, 4, 8) if H % h == 0 and h < H])

@@ -285,7 +285,9 @@ def draw_config(kind: str, seed: int) -> dict:
         "num_layers": pick(12, 24, 28, 32, 40, 48, 61, 80),
         "num_heads": H,
         "head_dim": pick(64, 96, 128, 192),
-        "bytes_per_number": pick(2, 4),
+        # bfloat16 for MLA, float32 for the others: with 2 bytes a count in numbers would
+        # equal the keys alone of MHA, GQA and MQA, and the message could not tell them apart
+        "bytes_per_number": 2 if kind == "mla" else 4,
     }
     if kind == "gqa":
         config["num_kv_heads"] = pick(*[h for h in (2, 4, 8) if H % h == 0 and h < H])

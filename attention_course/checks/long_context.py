@@ -468,6 +468,9 @@ def _sink_inputs(B, H, T, S, Dk, Dv, seed, dtype, big=False):
     k = randn(B, H, S, Dk, seed=seed + 1, dtype=dtype)
     v = randn(B, H, S, Dv, seed=seed + 2, dtype=dtype)
     sinks = randn(H, seed=seed + 3, dtype=dtype) * 2
+    if big:  # each head's sink as large as its largest score: the sink keeps a real share
+        scores = q.to(torch.float64) @ k.to(torch.float64).transpose(-1, -2) / math.sqrt(Dk)
+        sinks = scores.amax(dim=(0, 2, 3)).to(dtype)
     return q, k, v, sinks
 
 

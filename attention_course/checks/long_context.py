@@ -161,12 +161,18 @@ def _frequencies_case(candidate, head_dim, scaling=None, base=10000.0):
                 f"attention_factor of {what}: expected a number, got {show(factor)} "
                 f"({type(got[1]).__name__})"
             )
-        if math.isclose(float(factor), want_factor, rel_tol=1e-6):
+        try:
+            factor = float(factor)
+        except OverflowError:  # an int too large for a float
+            raise CaseFailed(
+                f"attention_factor of {what}: expected {want_factor:.6g}, got {show(factor)}"
+            ) from None
+        if math.isclose(factor, want_factor, rel_tol=1e-6):
             return
         message = f"attention_factor of {what}: expected {want_factor:.6g}, got {show(factor)}"
         for variant, mistake in _FACTOR_VARIANTS.items():
             wrong = frequencies(head_dim, base, scaling, variant)[1]
-            if not math.isclose(wrong, want_factor) and math.isclose(wrong, float(factor)):
+            if not math.isclose(wrong, want_factor) and math.isclose(wrong, factor):
                 raise CaseFailed(message + f"\nLikely mistake: {says(mistake)}.")
         raise CaseFailed(message)
 

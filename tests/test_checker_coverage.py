@@ -179,6 +179,7 @@ REQUIRED_MODES: dict[str, set[str]] = {
         "dtype=float32",
     },
     "kv_cache_bytes": {"tokens=1"},
+    "multi_head_latent_attention": _GRAD | {"H=1", "T=1", "dtype=float32", "odd d_rope"},
     # exercise 19: RoPE scaling and attention sinks
     "rope_frequencies": {
         "scaling=linear",

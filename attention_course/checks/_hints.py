@@ -98,6 +98,10 @@ CONCEPTS: dict[str, str] = {
     "(q_nope @ W_UK_h, kv_rank numbers), scores it against the cached latent plus the rotated "
     "q_rope against the shared k_rope, scales by (d_nope + d_rope)^-1/2, and applies W_UV "
     "after the weighted sum of latents.",
+    "multi_head_latent_attention": "MLA caches a normalised low-rank latent and one shared "
+    "rotary key per token; each head's keys and values are up-projected from the latent "
+    "(naive) or W_UK is folded into the queries and W_UV applied after the weighted sum "
+    "(absorbed), with RoPE only on the d_rope parts and the scale (d_nope + d_rope)^-1/2.",
     "kv_cache_bytes": "Per token and layer the cache holds 2 Hkv Dh numbers for MHA, GQA and "
     "MQA (Hkv = H, the key/value heads, 1), and kv_rank + d_rope for MLA; times layers, "
     "tokens, batch and bytes per number.",

@@ -22,7 +22,11 @@ from .interpret import (
     check_induction_scores,
 )
 from .kv import check_repeat_kv, check_sliding_window_mask
-from .latent import check_kv_cache_bytes, check_mla_absorbed_attention  # exercise 18
+from .latent import (  # exercise 18 (and the contract's module, graded by no exercise yet)
+    check_kv_cache_bytes,
+    check_mla_absorbed_attention,
+    check_multi_head_latent_attention,
+)
 from .long_context import (  # exercise 19
     check_rope_frequencies,
     check_scaled_rope_scores,
@@ -73,6 +77,8 @@ _BY_EXERCISE: dict[str | None, tuple[Callable, ...]] = {
         check_ablation_effect,
     ),
     "18_latent_attention": (check_mla_absorbed_attention, check_kv_cache_bytes),
+    # the contract's MultiHeadLatentAttention class: no exercise asks for the whole module
+    None: (check_multi_head_latent_attention,),
     "19_longer_than_trained": (
         check_rope_frequencies,
         check_scaled_rope_scores,

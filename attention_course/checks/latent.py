@@ -43,7 +43,8 @@ from ._answers import is_number, plain, show
 from ._compare import expect_close, expect_tuple
 from ._data import generator, randn
 from ._mistakes import says
-from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
+from ._modules import build_pair, expect_same_grads
+from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker, expect_value_error
 
 # ---------------------------------------------------------------- the naive form
 
@@ -58,7 +59,7 @@ def _rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> to
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-def naive_mla(q, latent, k_rope, w_ukv, d_v, variant: str | None = None):
+def naive_mla(q, latent, k_rope, w_ukv, d_v, variant: str | None = None, base: float = 10000.0):
     """``(output (B, H, T, d_v), q_absorbed (B, H, T, kv_rank))`` computed in float64 and
     cast back to q's dtype, right (``variant=None``) or with one known mistake."""
     dtype = q.dtype
@@ -80,11 +81,21 @@ def naive_mla(q, latent, k_rope, w_ukv, d_v, variant: str | None = None):
     if variant == "queries_at_zero":
         positions = torch.arange(T)
     if variant == "whole_query":
-        q = _rope(q, positions)
+        q = _rope(q, positions, base)
         q_nope, q_rope = q[..., :dn], q[..., dn:]
     else:
-        q_nope, q_rope = q[..., :dn], _rope(q[..., dn:], positions)
-    kr = _rope(k_rope, torch.arange(S)) if variant == "rotate_again" else k_rope
+        q_nope, q_rope = q[..., :dn], _rope(q[..., dn:], positions, base)
+    kr = _rope(k_rope, torch.arange(S), base) if variant == "rotate_again" else k_rope
+    if variant == "whole_key":  # the naive form with RoPE on the whole query and key
+        k_nope = torch.einsum("bsr,hdr->bhsd", latent, W_UK)
+        unrotated = _rope(k_rope, -torch.arange(S), base)[:, None].expand(B, H, S, dr)
+        k = _rope(torch.cat([k_nope, unrotated], dim=-1), torch.arange(S), base)
+        q_full = _rope(torch.cat([q_nope, q[..., dn:]], dim=-1), positions, base)
+        keep = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)
+        scores = (q_full @ k.transpose(-1, -2) * (dn + dr) ** -0.5).masked_fill(~keep, -math.inf)
+        v = torch.einsum("bsr,hvr->bhsv", latent, W_UV)
+        q_lat = torch.einsum("bhtd,hdr->bhtr", q_nope, W_UK)
+        return (torch.softmax(scores, dim=-1) @ v).to(dtype), q_lat.to(dtype)
     if variant == "uk_transposed":
         q_lat = torch.einsum("bhtd,hrd->bhtr", q_nope, W_UK)  # needs dn == r
     else:
@@ -109,6 +120,7 @@ def naive_mla(q, latent, k_rope, w_ukv, d_v, variant: str | None = None):
 
 _MLA_VARIANTS = {
     "whole_query": "mla-rope-on-whole-query",
+    "whole_key": "mla-rope-on-whole-query",
     "rotate_again": "mla-k-rope-rotated-again",
     "not_broadcast": "mla-k-rope-not-broadcast",
     "scale_d_nope": "mla-scale-from-d-nope",
@@ -222,6 +234,244 @@ def check_mla_absorbed_attention(candidate) -> list[Case]:
             "float32, B=2, H=2, S=6, T=4, kv_rank=8",
             _mla_case(candidate, 2, 2, 4, 6, 6, 2, 4, 8, seed=61, dtype=torch.float32),
             covers=frozenset({"dtype=float32", "S!=T"}),
+        ),
+    ]
+
+
+# ---------------------------------------------------------------- the module
+
+
+def _module_pieces(module, x_new: torch.Tensor, x_all: torch.Tensor):
+    """What ``module`` (the reference) computes before its attention step for the last
+    tokens ``x_new`` of ``x_all``: (q not rotated, latent, k_rope rotated)."""
+    B, T, _ = x_new.shape
+    H, dq = module.num_heads, module.d_nope + module.d_rope
+    with torch.no_grad():
+        if module.q_rank is None:
+            q = module.w_q(x_new)
+        else:
+            q = module.w_uq(module.q_norm(module.w_dq(x_new)))
+        q = q.view(B, T, H, dq).transpose(1, 2)
+        a, k_rope = module.w_dkv(x_all).split([module.kv_rank, module.d_rope], dim=-1)
+        latent = module.kv_norm(a)
+        S = x_all.shape[1]
+        k_rope = _rope(k_rope.to(torch.float64), torch.arange(S), module.rope_base)
+    return q, latent, k_rope.to(x_all.dtype)
+
+
+def _module_mistakes(module, x_new, x_all):
+    """(message, output) of the module with each known mistake, from the reference's
+    pieces (``naive_mla``'s variants, then the reference's ``w_o``)."""
+    q, latent, k_rope = _module_pieces(module, x_new, x_all)
+    base = module.rope_base
+    B, T, _ = x_new.shape
+
+    def output(variant):
+        with torch.no_grad():
+            heads = naive_mla(q, latent, k_rope, module.w_ukv.weight, module.d_v, variant, base)[0]
+            return module.w_o(heads.transpose(1, 2).reshape(B, T, -1))
+
+    return [(says(m), lambda v=v: output(v)) for v, m in _MLA_VARIANTS.items()]
+
+
+def _mla_init_text(args, kwargs) -> str:
+    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    return f"MultiHeadLatentAttention({', '.join(parts)})"
+
+
+def _module_case(candidate, args, kwargs, *, B=2, T=5, seed, absorbed=False, dtype=torch.float64):
+    def run():
+        from attention_course.latent import MultiHeadLatentAttention
+
+        student, reference = build_pair(
+            candidate, MultiHeadLatentAttention, args, kwargs, dtype=dtype, seed=seed
+        )
+        x = randn(B, T, args[0], seed=seed + 1, dtype=dtype)
+        with torch.no_grad():
+            expected = reference(x, absorbed=absorbed)
+        extra = {"absorbed": True} if absorbed else {}
+        what = f"{_mla_init_text(args, kwargs)}(x {tuple(x.shape)}" + (
+            ", absorbed=True)" if absorbed else ")"
+        )
+        with torch.no_grad():
+            got = call_student(student, x.clone(), what=what, arg_names=("x",), **extra)
+        expect_close(
+            got,
+            expected,
+            f"the output of {what}",
+            mistakes=_module_mistakes(reference, x, x),
+        )
+
+    return run
+
+
+def _latent_cache_case(candidate, args, kwargs, chunks, *, seed, absorbed_last=True):
+    """Feed ``chunks`` tokens at a time through one cache; each chunk's output must be the
+    full pass's rows, and the cache must hold the latent and the rotated k_rope."""
+
+    def run():
+        from attention_course.latent import MultiHeadLatentAttention
+
+        student, reference = build_pair(
+            candidate, MultiHeadLatentAttention, args, kwargs, seed=seed
+        )
+        total = sum(chunks)
+        x = randn(2, total, args[0], seed=seed + 1)
+        with torch.no_grad():
+            full = reference(x)
+        name = _mla_init_text(args, kwargs)
+        cache = call_student(student.new_cache, what=f"{name}.new_cache()")
+        start = 0
+        for i, n in enumerate(chunks):
+            absorbed = absorbed_last and i == len(chunks) - 1
+            what = (
+                f"{name}(x[:, {start}:{start + n}], cache=cache"
+                + (", absorbed=True)" if absorbed else ")")
+                + f" after {start} cached tokens"
+            )
+            chunk = x[:, start : start + n]
+            extra = {"absorbed": True} if absorbed else {}
+            with torch.no_grad():
+                got = call_student(student, chunk.clone(), what=what, cache=cache, **extra)
+            expect_close(
+                got,
+                full[:, start : start + n],
+                f"the output of {what}",
+                mistakes=_module_mistakes(reference, chunk, x[:, : start + n]),
+            )
+            start += n
+        _, latent, k_rope = _module_pieces(reference, x[:, :0], x)
+        for attr, want in (("latent", latent), ("k_rope", k_rope)):
+            held = getattr(cache, attr, None)
+            if not isinstance(held, torch.Tensor):
+                raise CaseFailed(
+                    f"the cache after {total} tokens has no tensor `{attr}` (got "
+                    f"{type(held).__name__}): new_cache() must return an object whose `latent` "
+                    "(B, S, kv_rank) and `k_rope` (B, S, d_rope) hold every position so far"
+                )
+            expect_close(
+                held,
+                want,
+                f"cache.{attr} after {total} tokens"
+                + (
+                    " (already rotated at each position)"
+                    if attr == "k_rope"
+                    else " (after kv_norm)"
+                ),
+            )
+        length = plain(getattr(cache, "length", None))
+        if length != total:
+            raise CaseFailed(
+                f"cache.length after {total} tokens: expected {total}, got {show(length)}"
+            )
+
+    return run
+
+
+def _grad_module_case(candidate, args, kwargs, *, seed, absorbed):
+    def run():
+        from attention_course.latent import MultiHeadLatentAttention
+
+        student, reference = build_pair(
+            candidate, MultiHeadLatentAttention, args, kwargs, seed=seed
+        )
+        x0 = randn(2, 4, args[0], seed=seed + 1)
+        mine, theirs = x0.clone().requires_grad_(True), x0.clone().requires_grad_(True)
+        extra = {"absorbed": True} if absorbed else {}
+        what = f"{_mla_init_text(args, kwargs)}(x" + (", absorbed=True)" if absorbed else ")")
+        got = call_student(student, mine, what=what, **extra)
+        expected = reference(theirs, **extra)
+        got = expect_close(got, expected.detach(), f"the output of {what}")
+        expect_same_grads(got, expected, {"x": (mine, theirs)}, (student, reference))
+
+    return run
+
+
+def _odd_rope_case(candidate):
+    def run():
+        expect_value_error(
+            lambda: candidate(16, 2, 6, d_rope=3),
+            "MultiHeadLatentAttention(16, 2, 6, d_rope=3)",
+            "d_rope",
+            example="d_rope: got {d_rope!r}, expected an even int",
+            other_error="check d_rope in __init__ and raise ValueError naming it.",
+            returned="RoPE rotates feature pairs, so d_rope must be even; raise ValueError "
+            "naming `d_rope`",
+        )
+
+    return run
+
+
+@checker("multi_head_latent_attention", "MultiHeadLatentAttention", chapter="18_latent_attention")
+def check_multi_head_latent_attention(candidate) -> list[Case]:
+    """Check the class ``MultiHeadLatentAttention(d_model, num_heads, kv_rank, q_rank=None,
+    d_nope=None, d_rope=None, d_v=None, rope_base=10000.0, eps=1e-6)`` with ``forward(x,
+    cache=None, absorbed=False)`` and ``new_cache()``: given the reference's weights, the
+    naive and absorbed forms, the latent cache, gradients."""
+    D16 = (16, 2, 6)  # d_nope = d_v = 8, d_rope = 4 by default
+    return [
+        Case("D=16, H=2, kv_rank=6 (defaults), B=2, T=5", _module_case(candidate, D16, {}, seed=1)),
+        Case(
+            "absorbed=True: the same output",
+            _module_case(candidate, D16, {}, seed=11, absorbed=True),
+            covers=frozenset({"absorbed"}),
+        ),
+        Case(
+            "q_rank=5: the queries through their own bottleneck",
+            _module_case(candidate, D16, {"q_rank": 5}, seed=21),
+            covers=frozenset({"q_rank"}),
+        ),
+        Case(
+            "d_nope=4, d_rope=2, d_v=6, B=H=2, absorbed=True",
+            _module_case(
+                candidate, (12, 2, 5), {"d_nope": 4, "d_rope": 2, "d_v": 6}, seed=31, absorbed=True
+            ),
+            covers=frozenset({"d_nope", "d_rope", "d_v", "absorbed"}),
+        ),
+        Case(
+            "kv_rank = d_nope = d_v = 4, absorbed=True: the transposes of W_UK and W_UV",
+            _module_case(
+                candidate,
+                (8, 2, 4),
+                {"d_nope": 4, "d_rope": 2, "d_v": 4},
+                seed=41,
+                absorbed=True,
+                B=1,
+            ),
+            covers=frozenset({"d_nope", "d_rope", "d_v", "absorbed"}),
+        ),
+        Case(
+            "rope_base=100.0, eps=0.5, T=12",
+            _module_case(candidate, D16, {"rope_base": 100.0, "eps": 0.5}, seed=51, T=12),
+            covers=frozenset({"rope_base", "eps"}),
+        ),
+        Case(
+            "a cache: 3 tokens, then 1, then 2 (the last absorbed)",
+            _latent_cache_case(candidate, D16, {"q_rank": 5}, [3, 1, 2], seed=61),
+            weight=2.0,  # the cache is what the latent is for
+            covers=frozenset({"cache", "absorbed", "q_rank"}),
+        ),
+        Case(
+            "H=1, T=1",
+            _module_case(candidate, (8, 1, 3), {}, seed=71, B=1, T=1),
+            weight=TRIVIAL,
+            covers=frozenset({"H=1", "T=1"}),
+        ),
+        Case(
+            "float32",
+            _module_case(candidate, D16, {}, seed=81, dtype=torch.float32),
+            covers=frozenset({"dtype=float32"}),
+        ),
+        Case(
+            "gradients reach x and every weight (naive and absorbed)",
+            _grad_module_case(candidate, D16, {"q_rank": 5}, seed=91, absorbed=True),
+            covers=frozenset({"grad", "absorbed", "q_rank"}),
+        ),
+        Case(
+            "an odd d_rope raises ValueError naming d_rope",
+            _odd_rope_case(candidate),
+            covers=frozenset({"odd d_rope"}),
+            support=True,
         ),
     ]
 

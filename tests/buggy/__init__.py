@@ -78,6 +78,8 @@ REFERENCES = {
     # has them inside MultiHeadLatentAttention and as cache_per_token)
     "mla_absorbed_attention": latent.reference_mla_absorbed_attention,
     "kv_cache_bytes": latent.reference_kv_cache_bytes,
+    # the contract's module (no exercise asks for it yet)
+    "multi_head_latent_attention": ac.MultiHeadLatentAttention,
     # exercise 19
     "rope_frequencies": ac.rope_frequencies,
     "scaled_rope_scores": long_context.reference_scaled_rope_scores,

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import torch
 
+import attention_course as ac
 from attention_course import apply_rope
 
 
@@ -235,4 +236,177 @@ CATALOGUE = [
     ("kv_cache_bytes", "numbers not bytes", kv_cache_bytes_numbers, "cache-bytes-ignored"),
     ("kv_cache_bytes", "batch ignored", kv_cache_bytes_no_batch, "cache-batch-ignored"),
     ("kv_cache_bytes", "rounded float", kv_cache_bytes_float, "whole number"),
+]
+
+
+# ---------------------------------------------------------------- the module
+
+
+class _MLA(torch.nn.Module):
+    """A student's MultiHeadLatentAttention (the contract's names), with switches for one
+    mistake each; right with every switch off."""
+
+    whole_rope = False  # RoPE on the whole query and key (naive form)
+    scale_d_nope = False
+    no_broadcast = False  # absorbed: q_rope @ k_rope.transpose(-1, -2)
+    uk_transposed = False  # absorbed: q_nope @ W_UK_h.T
+    positions_from_zero = False  # with a cache: new tokens rotated at 0 .. T - 1
+    no_offset = False  # with a cache: the causal mask aligned at the top left
+
+    def __init__(
+        self,
+        d_model,
+        num_heads,
+        kv_rank,
+        q_rank=None,
+        d_nope=None,
+        d_rope=None,
+        d_v=None,
+        rope_base=10000.0,
+        eps=1e-6,
+    ):
+        super().__init__()
+        H = num_heads
+        self.H, self.r, self.q_rank = H, kv_rank, q_rank
+        self.dn = d_nope or d_model // H
+        self.dr = d_rope or d_model // (2 * H)
+        if self.dr % 2:
+            raise ValueError(f"d_rope: got {self.dr}, expected an even int")
+        self.dv = d_v or d_model // H
+        self.base = rope_base
+        dq = self.dn + self.dr
+        if q_rank is None:
+            self.w_q = torch.nn.Linear(d_model, H * dq, bias=False)
+        else:
+            self.w_dq = torch.nn.Linear(d_model, q_rank, bias=False)
+            self.q_norm = ac.RMSNorm(q_rank, eps)
+            self.w_uq = torch.nn.Linear(q_rank, H * dq, bias=False)
+        self.w_dkv = torch.nn.Linear(d_model, kv_rank + self.dr, bias=False)
+        self.kv_norm = ac.RMSNorm(kv_rank, eps)
+        self.w_ukv = torch.nn.Linear(kv_rank, H * (self.dn + self.dv), bias=False)
+        self.w_o = torch.nn.Linear(H * self.dv, d_model, bias=False)
+
+    def new_cache(self):
+        return ac.latent.LatentCache()
+
+    def forward(self, x, cache=None, absorbed=False):
+        B, T, _ = x.shape
+        H, dn, dr, dv, r = self.H, self.dn, self.dr, self.dv, self.r
+        start = 0 if cache is None else cache.length
+        q = self.w_q(x) if self.q_rank is None else self.w_uq(self.q_norm(self.w_dq(x)))
+        q = q.view(B, T, H, dn + dr).transpose(1, 2)
+        latent, k_rope = self.w_dkv(x).split([r, dr], dim=-1)
+        latent = self.kv_norm(latent)
+        positions = torch.arange(T) if self.positions_from_zero else torch.arange(start, start + T)
+        q_nope, q_rope = q[..., :dn], apply_rope(q[..., dn:], positions, self.base)
+        k_rope = apply_rope(k_rope, torch.arange(start, start + T), self.base)
+        if cache is not None:
+            latent, k_rope = cache.update(latent, k_rope)
+        S = latent.shape[1]
+        W = self.w_ukv.weight.view(H, dn + dv, r)
+        w_uk, w_uv = W[:, :dn], W[:, dn:]
+        keep = torch.ones(T, S, dtype=torch.bool).tril(diagonal=0 if self.no_offset else S - T)
+        scale = dn**-0.5 if self.scale_d_nope else (dn + dr) ** -0.5
+        if absorbed:
+            if self.uk_transposed:
+                q_lat = q_nope @ w_uk.transpose(-1, -2)[None]
+            else:
+                q_lat = q_nope @ w_uk[None]
+            k_r = (
+                k_rope.transpose(-1, -2) if self.no_broadcast else k_rope[:, None].transpose(-1, -2)
+            )
+            scores = q_lat @ latent[:, None].transpose(-1, -2) + q_rope @ k_r
+            weights = torch.softmax((scores * scale).masked_fill(~keep, float("-inf")), -1)
+            heads = (weights @ latent[:, None]) @ w_uv.transpose(-1, -2)[None]
+        else:
+            kv = self.w_ukv(latent).view(B, S, H, dn + dv).transpose(1, 2)
+            k_nope, v = kv[..., :dn], kv[..., dn:]
+            k = torch.cat([k_nope, k_rope[:, None].expand(B, H, S, dr)], dim=-1)
+            qq = torch.cat([q_nope, q_rope], dim=-1)
+            if self.whole_rope:  # rotate everything: undo the rope part, rotate the whole
+                qq = apply_rope(q, positions, self.base)
+                unrot = apply_rope(k_rope, -torch.arange(S), self.base)
+                k = apply_rope(
+                    torch.cat([k_nope, unrot[:, None].expand(B, H, S, dr)], -1),
+                    torch.arange(S),
+                    self.base,
+                )
+            scores = qq @ k.transpose(-1, -2) * scale
+            weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), -1)
+            heads = weights @ v
+        return self.w_o(heads.transpose(1, 2).reshape(B, T, H * dv))
+
+
+class MLAStudent(_MLA):
+    """Right: a student's own module (no mistake switched on)."""
+
+
+class MLARopeOnWholeKey(_MLA):
+    """RoPE applied to the whole query and the whole key [k_nope | k_rope]."""
+
+    whole_rope = True
+
+
+class MLAScaleFromDNope(_MLA):
+    """Scores scaled by 1/sqrt(d_nope)."""
+
+    scale_d_nope = True
+
+
+class MLAKRopeNotBroadcast(_MLA):
+    """Absorbed form: k_rope (B, S, dr) used without a head axis."""
+
+    no_broadcast = True
+
+
+class MLAUKTransposed(_MLA):
+    """Absorbed form: q_nope @ W_UK_h.T."""
+
+    uk_transposed = True
+
+
+class MLAPositionsFromZero(_MLA):
+    """With a cache the new tokens are rotated at 0 .. T - 1."""
+
+    positions_from_zero = True
+
+
+class MLAMaskWithoutOffset(_MLA):
+    """With a cache the causal mask of the (T, S) block is aligned at the top left."""
+
+    no_offset = True
+
+
+CATALOGUE += [
+    (
+        "multi_head_latent_attention",
+        "RoPE on the whole key",
+        MLARopeOnWholeKey,
+        "mla-rope-on-whole-query",
+    ),
+    (
+        "multi_head_latent_attention",
+        "scale from d_nope",
+        MLAScaleFromDNope,
+        "mla-scale-from-d-nope",
+    ),
+    (
+        "multi_head_latent_attention",
+        "k_rope not broadcast",
+        MLAKRopeNotBroadcast,
+        "mla-k-rope-not-broadcast",
+    ),
+    ("multi_head_latent_attention", "W_UK transposed", MLAUKTransposed, "mla-uk-transposed"),
+    (
+        "multi_head_latent_attention",
+        "positions from 0",
+        MLAPositionsFromZero,
+        "mla-queries-at-zero",
+    ),
+    (
+        "multi_head_latent_attention",
+        "mask without offset",
+        MLAMaskWithoutOffset,
+        "mla-causal-no-offset",
+    ),
 ]

@@ -24,6 +24,7 @@ import attention_course as ac
 from attention_course.checks import (
     check_kv_cache_bytes,
     check_mla_absorbed_attention,
+    check_multi_head_latent_attention,
     check_rope_frequencies,
     check_scaled_rope_scores,
     check_sink_attention,
@@ -38,6 +39,7 @@ from buggy import latent, long_context  # noqa: E402
 CHECKS = {
     "mla_absorbed_attention": check_mla_absorbed_attention,
     "kv_cache_bytes": check_kv_cache_bytes,
+    "multi_head_latent_attention": check_multi_head_latent_attention,
     "rope_frequencies": check_rope_frequencies,
     "scaled_rope_scores": check_scaled_rope_scores,
     "streaming_mask": check_streaming_mask,
@@ -47,6 +49,7 @@ BUGGY = [*latent.CATALOGUE, *long_context.CATALOGUE]
 SOLUTIONS = {
     "mla_absorbed_attention": latent.reference_mla_absorbed_attention,
     "kv_cache_bytes": latent.reference_kv_cache_bytes,
+    "multi_head_latent_attention": latent.MLAStudent,
     "rope_frequencies": long_context.reference_rope_frequencies,
     "scaled_rope_scores": long_context.reference_scaled_rope_scores,
     "streaming_mask": long_context.reference_streaming_mask,

@@ -108,6 +108,10 @@ NOT_DEGENERATE: dict[tuple[str, str], str] = {
         "mla_absorbed_attention",
         "transposed",
     ): "the answer is a tuple with non-square parts (output, q_absorbed)",
+    (
+        "multi_head_latent_attention",
+        "transposed",
+    ): "the answer is not square on its last two axes (T, D)",
     ("kv_cache_bytes", "zeros"): "the answer is an int, not a tensor",
     ("kv_cache_bytes", "ones"): "the answer is an int, not a tensor",
     ("kv_cache_bytes", "input"): "the answer is an int; no argument is a tensor",

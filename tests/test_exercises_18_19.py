@@ -207,6 +207,7 @@ def test_each_buggy_version_is_rejected_and_named(target, name, impl, named):
 
 def test_numbers_from_numpy_are_accepted():
     assert check_kv_cache_bytes(latent.kv_cache_bytes_numpy).passed
+    assert check_rope_frequencies(long_context.rope_frequencies_float32_hf_style).passed
     assert check_rope_frequencies(long_context.rope_frequencies_numpy_factor).passed
 
     def as_float(config, tokens, batch=1):

@@ -313,3 +313,31 @@ CATALOGUE = [
     ("sink_attention", "no max subtraction", sink_attention_no_max, "sink-no-max-subtraction"),
     ("sink_attention", "sinks detached", sink_attention_detached, "sinks"),
 ]
+
+
+def rope_frequencies_float32_hf_style(head_dim, base=10000.0, scaling=None):
+    """Right, computed in float32 the way HF's `_compute_yarn_parameters` does (accepted:
+    the check compares to float32's precision)."""
+    dim = head_dim
+    pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    if scaling is None:
+        return 1.0 / pos_freqs, 1.0
+    s = scaling["factor"]
+    if scaling["type"] == "linear":
+        return 1.0 / pos_freqs / s, 1.0
+    if scaling["type"] == "ntk":
+        new_base = base * s ** (dim / (dim - 2))
+        return 1.0 / (new_base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)), 1.0
+    length = scaling["original_max_len"]
+
+    def correction(rotations):
+        return (dim * math.log(length / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low = max(math.floor(correction(scaling.get("beta_fast") or 32)), 0)
+    high = min(math.ceil(correction(scaling.get("beta_slow") or 1)), dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp
+    inv = (1.0 / (s * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
+    return inv, 0.1 * math.log(s) + 1.0

@@ -66,8 +66,6 @@ class LatentCache:
         length: the number of positions seen (the position of the next token).
     """
 
-    filled = False
-
     def __init__(self) -> None:
         self.length = 0
         self._latent: torch.Tensor | None = None  # (B, capacity, kv_rank)
@@ -278,19 +276,22 @@ class MultiHeadLatentAttention(nn.Module):
         numbers per head meets the cached latent directly. Likewise
         ``sum_j w_j (W_UV c_j) = W_UV (sum_j w_j c_j)``.
         """
-        H, r = self.num_heads, self.kv_rank
+        B, H, T, _ = q_nope.shape
+        S, r = latent.shape[1], self.kv_rank
         w_ukv = self.w_ukv.weight.view(H, self.d_nope + self.d_v, r)  # per head [W_UK; W_UV]
         w_uk, w_uv = w_ukv.split([self.d_nope, self.d_v], dim=1)  # (H, d_nope, r), (H, d_v, r)
-        q_latent = q_nope @ w_uk[None]  # (B, H, T, d_nope) @ (1, H, d_nope, r) -> (B, H, T, r)
-        # Scores: the latent part and the rotary part; (B, 1, S, .) broadcasts over heads
-        scores = q_latent @ latent[:, None].transpose(-2, -1)  # (B, H, T, S)
-        scores = scores + q_rope @ k_rope[:, None].transpose(-2, -1)  # (B, H, T, S)
-        scores = scores * self.scale
+        q_latent = q_nope @ w_uk  # (B, H, T, d_nope) @ (H, d_nope, r) -> (B, H, T, r)
+        # Every head meets the same keys [c | k_rope]: stack the heads' queries on one axis,
+        # (B, H, T, .) -> (B, H * T, .), so that one product per sequence reads the cache
+        # once (a broadcast over H would copy the cache H times).
+        scores = q_latent.reshape(B, H * T, r) @ latent.transpose(1, 2)  # (B, H*T, S)
+        scores = scores + q_rope.reshape(B, H * T, self.d_rope) @ k_rope.transpose(1, 2)
+        scores = scores.view(B, H, T, S) * self.scale
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))  # the diagonal is always visible
         weights = torch.softmax(scores, dim=-1)  # (B, H, T, S)
-        mixed = weights @ latent[:, None]  # (B, H, T, S) @ (B, 1, S, r) -> (B, H, T, r)
-        return mixed @ w_uv.transpose(-2, -1)[None]  # (B, H, T, r) @ (1, H, r, d_v)
+        mixed = (weights.view(B, H * T, S) @ latent).view(B, H, T, r)  # sum_j w_j c_j
+        return mixed @ w_uv.transpose(1, 2)  # (B, H, T, r) @ (H, r, d_v) -> (B, H, T, d_v)
 
     def extra_repr(self) -> str:
         return (

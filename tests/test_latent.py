@@ -356,3 +356,36 @@ def test_gpt_latent_arguments_without_mla_and_attention_weights():
         GPT(40, d_model=32, num_heads=4, kv_rank=8)
     with pytest.raises(ValueError, match="return_attention"):
         _gpt()(torch.zeros(1, 3, dtype=torch.long), return_attention=True)
+
+
+# ---- the decoding benchmark (python -m benchmarks.latent) --------------------------------
+
+
+def test_the_decoding_benchmark_runs_and_counts_flops_exactly(tmp_path):
+    # not a timing test: the script runs, both forms agree, and the FLOP counts are the
+    # formulas' (for one new token after S cached positions)
+    from benchmarks.latent import SHAPE, main
+
+    result = main(["--quick", "--threads", "1", "--out", str(tmp_path / "b.json")])
+    D, H, r = SHAPE["d_model"], SHAPE["num_heads"], SHAPE["kv_rank"]
+    dn, dr, dv = SHAPE["d_nope"], SHAPE["d_rope"], SHAPE["d_v"]
+    projections = 2 * D * H * (dn + dr) + 2 * D * (r + dr) + 2 * H * dv * D  # w_q, w_dkv, w_o
+    for row in result["decode"]:
+        S = row["S"] + 1  # the cached positions and the new one
+        assert row["max_abs_difference"] < 1e-4
+        naive = projections + 2 * S * r * H * (dn + dv) + 2 * S * H * (dn + dr + dv)
+        absorbed = projections + 2 * H * dn * r + 2 * S * H * (2 * r + dr) + 2 * H * r * dv
+        assert (row["naive_flops"], row["absorbed_flops"]) == (naive, absorbed)
+        assert row["naive_ms"] > 0 and row["absorbed_ms"] > 0
+    assert [row["T"] for row in result["prefill"]] == [16]
+    assert (tmp_path / "b.json").exists()
+
+
+def test_gpt_with_latent_attention_generates_the_same_tokens_with_and_without_cache():
+    from attention_course import generate
+
+    model = _gpt().float()
+    prompt = torch.randint(0, 40, (2, 3), generator=torch.Generator().manual_seed(5))
+    cached = generate(model, prompt, 8, temperature=0, use_cache=True)  # greedy
+    recomputed = generate(model, prompt, 8, temperature=0, use_cache=False)
+    assert torch.equal(cached, recomputed) and cached.shape == (2, 11)

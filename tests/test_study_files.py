@@ -17,6 +17,7 @@ FILES = [
     "book/data/greedy_loops.json",
     "book/data/induction_seeds.json",
     "book/data/kv_cache_generation.json",
+    "book/data/latent_study.json",
     "book/data/modern_block.json",
 ]
 METADATA = {"torch", "python", "threads", "processor", "schedule"}

@@ -13,10 +13,13 @@ sees, learn to take it. Two consequences, two pieces here:
   the window restores it. :func:`streaming_mask` is that visibility rule for a full pass,
   :class:`StreamingAttentionCache` the KV cache that keeps ``num_sink + window``
   positions while decoding (:class:`~attention_course.kv.KVLayout` with ``num_sink``).
-- **A learned sink** (gpt-oss, OpenAI 2025; the "off-by-one" softmax idea): each head has
-  one learned logit that joins every row's softmax and whose share is then dropped, so a
-  row may put weight on "nothing" and sum to less than 1: :func:`sink_attention`, used by
-  :class:`~attention_course.CausalSelfAttention` with ``sinks=True``.
+- **A learned sink** (OpenAI, 2025, "gpt-oss-120b & gpt-oss-20b Model Card",
+  arXiv:2508.10925; the idea of a softmax whose denominator has one more term is also
+  E. Miller's 2023 blog post "Attention Is Off By One", where that term is a fixed
+  ``e^0``): each head has one learned logit that joins every row's softmax and whose share
+  is then dropped, so a row may put weight on "nothing" and sum to less than 1:
+  :func:`sink_attention`, used by :class:`~attention_course.CausalSelfAttention` with
+  ``sinks=True``.
 """
 
 from __future__ import annotations
@@ -193,8 +196,9 @@ class StreamingAttentionCache(AttentionCache):
       slid (each query would need its own copy of the sinks), so after the first eviction it
       takes one new token per step (a larger step raises ``ValueError``).
 
-    Hugging Face counterpart: the ``SinkCache`` of older ``transformers`` versions
-    (``window_length``, ``num_sink_tokens``; it re-rotated the sink keys the same way).
+    Hugging Face counterpart: the ``SinkCache`` of earlier ``transformers`` releases
+    (``window_length``, ``num_sink_tokens``), which rotates the kept window keys back as
+    they slide instead of the sinks forward: the same distances, so the same scores.
 
     Attributes:
         window, num_sink: the sizes; ``length`` counts every position seen.

@@ -8,7 +8,7 @@ import types
 import pytest
 import torch
 
-from attention_course import GPT, CausalSelfAttention, sliding_window_mask
+from attention_course import GPT, CausalSelfAttention, repeat_kv, sliding_window_mask
 from attention_course.attention import scaled_dot_product_attention
 from attention_course.kv import KVLayout, RollingAttentionCache
 from attention_course.kv_cache import DecoderCache
@@ -113,17 +113,20 @@ def test_sink_attention_half_precision_and_grads():
     assert sinks.grad is not None and bool((sinks.grad != 0).all())
 
 
-def test_sink_attention_equals_hf_gpt_oss_eager():
+@pytest.mark.parametrize("groups", [1, 2])
+def test_sink_attention_equals_hf_gpt_oss_eager(groups):
     pytest.importorskip("transformers")
     from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 
     q, k, v, sinks = _qkv(B=2, H=4, T=5, S=5, Dk=8, Dv=8)
+    k, v = k[:, : 4 // groups], v[:, : 4 // groups]  # Hkv = H / groups key/value heads
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
     additive = torch.zeros(5, 5, dtype=torch.float64).masked_fill(~causal, float("-inf"))
     # the attributes eager_attention_forward reads from its module
-    module = types.SimpleNamespace(sinks=sinks, num_key_value_groups=1, training=False)
+    module = types.SimpleNamespace(sinks=sinks, num_key_value_groups=groups, training=False)
     scale = 8**-0.5
     hf_out, hf_w = eager_attention_forward(module, q, k, v, additive[None, None], scale)
+    k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # ours takes H heads
     out, w = sink_attention(q, k, v, sinks, mask=causal)
     torch.testing.assert_close(w, hf_w)
     torch.testing.assert_close(out.transpose(1, 2), hf_out)  # HF returns (B, T, H, Dv)
@@ -312,3 +315,28 @@ def test_causal_self_attention_sinks_message():
         CausalSelfAttention(16, 4, sinks=1)
     with pytest.raises(ValueError, match="^sinks: got 'yes'"):
         GPT(11, d_model=8, num_heads=2, num_layers=1, sinks="yes")
+
+
+def test_streaming_cache_keeps_the_sinks_then_the_window_in_order():
+    cache = StreamingAttentionCache(window=3, num_sink=2)
+    returned = []
+    for n in (1, 4, 1, 2, 1):  # steps of several tokens and of one
+        start = cache.length
+        pos = torch.arange(start, start + n, dtype=torch.float32).view(1, 1, n, 1)
+        keys, values = cache.update(pos, -pos)
+        returned.append(keys.flatten().tolist())
+        torch.testing.assert_close(values, -keys)
+    # what each step returns: the sinks, the window the oldest new query sees, the new ones
+    assert returned == [[0], [0, 1, 2, 3, 4], [0, 1, 3, 4, 5], [0, 1, 4, 5, 6, 7], [0, 1, 6, 7, 8]]
+    assert cache.keys.flatten().tolist() == [0, 1, 6, 7, 8]  # kept: sinks, then the window
+
+
+def test_streaming_cache_with_grouped_heads_equals_the_full_pass():
+    torch.manual_seed(5)
+    base = GPT(13, d_model=16, num_heads=4, num_kv_heads=1, num_layers=2, pos="rope")
+    model = GPT(**{**base.config(), "window": 3, "num_sink": 1}).double().eval()
+    model.load_state_dict(base.double().state_dict())
+    ids = torch.randint(0, 13, (2, 12), generator=torch.Generator().manual_seed(6))
+    cache = DecoderCache([StreamingAttentionCache(3, 1) for _ in range(2)])
+    torch.testing.assert_close(_step_by_step(model, ids, cache, [5, 1, 4, 2]), model(ids))
+    assert cache.layers[0].keys.shape == (2, 1, 1 + 3, 4)  # the one key/value head only

@@ -18,6 +18,7 @@ FILES = [
     "book/data/induction_seeds.json",
     "book/data/kv_cache_generation.json",
     "book/data/modern_block.json",
+    "book/data/rope_scaling.json",
 ]
 METADATA = {"torch", "python", "threads", "processor", "schedule"}
 # old names of quantities that have one name now (scripts/_study.py's docstring)

@@ -36,7 +36,8 @@ Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``m
 ``sampling``, ``tokenizer`` and ``ngram`` 13, ``train`` 3, 10, 11 and 13,
 ``relative_positions`` 14 (RoPE, ALiBi, the position pieces attention is given) and 19
 (RoPE scaling: ``rope_frequencies``), ``kv``
-15 (and the key/value layout piece), ``interpret`` 17; ``checks`` and ``quiz`` for the
+15 (and the key/value layout piece), ``interpret`` 17, ``sinks`` 19 (attention sinks:
+StreamingLLM's kept first tokens, gpt-oss's learned sink logit); ``checks`` and ``quiz`` for the
 exercises, ``grading`` for instructors. The README has this map as a table, with the
 data modules and the helpers every chapter uses.
 """
@@ -90,8 +91,9 @@ from .ffn import SwiGLU
 from .norms import RMSNorm
 
 # isort: split
-# Part VI, chapter 19: contexts longer than training.
+# Part VI, chapter 19: contexts longer than training; attention sinks.
 from .relative_positions import rope_frequencies
+from .sinks import StreamingAttentionCache, sink_attention, streaming_mask
 
 __version__ = "0.1.0"
 
@@ -149,5 +151,9 @@ __all__ = [
     "apply_rope",
     "repeat_kv",
     "sliding_window_mask",
+    # Part VI
+    "StreamingAttentionCache",
+    "sink_attention",
+    "streaming_mask",
     "rope_frequencies",
 ]

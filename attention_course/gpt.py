@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ._validate import check_positive_int, check_probability, require_float, require_ndim
@@ -24,10 +25,11 @@ from .ffn import make_ffn, swiglu_hidden_size
 from .fused import AttentionMask, FusedMask
 from .kv import KVLayout
 from .kv_cache import AttentionCache, DecoderCache
-from .multihead import MultiHeadAttention, _check_heads, _split_heads
+from .multihead import MultiHeadAttention, _check_heads, _merge_heads, _split_heads
 from .norms import RMSNorm, make_norm
 from .positional import sinusoidal_positional_encoding
 from .relative_positions import attention_positions
+from .sinks import _sink_attention
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 NORMS = ("layer", "rms")
@@ -136,6 +138,16 @@ class CausalSelfAttention(MultiHeadAttention):
     ``positions.rotate``, the cache (:meth:`~attention_course.MultiHeadAttention._remember`),
     ``layout.expand``, :meth:`~attention_course.MultiHeadAttention.attend`.
 
+    Chapter 19: ``sinks=True`` gives each head one learned sink logit, the parameter
+    ``sinks (H,)`` (gpt-oss): every row's softmax also runs over it and its share is
+    dropped (:func:`~attention_course.sinks.sink_attention`; rows sum to < 1). It starts at
+    0 (Hugging Face's port draws N(0, 0.02); 0 leaves every other weight's random draw as
+    in the model without sinks). Attention then always takes that path (PyTorch's fused
+    kernel has no sink), and dropout, if any, drops weights after the sink's share is
+    removed (as gpt-oss's ``eager_attention_forward``). A layout with ``num_sink``
+    (StreamingLLM's kept first tokens) is another thing: positions the window keeps, not
+    a parameter.
+
     An invalid value raises ``ValueError`` naming the argument
     (``num_heads % num_kv_heads != 0`` too; ``rope_fn`` without ``pos="rope"``, or not
     callable).
@@ -165,8 +177,11 @@ class CausalSelfAttention(MultiHeadAttention):
         *,
         positions=None,
         layout: KVLayout | None = None,
+        sinks: bool = False,
     ) -> None:
         super().__init__(d_model, num_heads, dropout=dropout, bias=bias)
+        if not isinstance(sinks, bool):
+            raise ValueError(f"sinks: got {sinks!r}, expected True or False")
         if layout is None:
             layout = KVLayout(num_heads, num_kv_heads, window)
         elif not isinstance(layout, KVLayout) or layout.num_heads != num_heads:
@@ -198,6 +213,8 @@ class CausalSelfAttention(MultiHeadAttention):
         self.max_len = max_len
         # a function given by the caller, not a closure over weights
         self.rope_fn = getattr(positions, "rotate_fn", None)
+        # gpt-oss's learned sinks (chapter 19): one logit per head, or None
+        self.sinks = nn.Parameter(torch.zeros(num_heads)) if sinks else None
 
     def forward(
         self,
@@ -234,6 +251,21 @@ class CausalSelfAttention(MultiHeadAttention):
         out, weights = self.attend(q, k, v, mask, need_weights)
         return (out, weights) if need_weights else out
 
+    def attend(self, q, k, v, mask=None, need_weights: bool = True):
+        """:meth:`~attention_course.MultiHeadAttention.attend`, or with learned ``sinks``
+        :func:`~attention_course.sinks.sink_attention` then ``w_o`` (same shapes; the
+        weights are returned only when asked for)."""
+        if self.sinks is None:
+            return super().attend(q, k, v, mask, need_weights)
+        if isinstance(mask, AttentionMask):
+            mask = mask.dense  # bool or additive float, or None
+        heads, weights = _sink_attention(q, k, v, self.sinks, mask, q.shape[-1] ** -0.5)
+        if self.training and self.dropout > 0.0:  # as gpt-oss: dropout after the sink's drop
+            weights = F.dropout(weights, p=self.dropout, training=True)
+            heads = weights @ v  # (B, H, T, S) @ (B, H, S, Dh) -> (B, H, T, Dh)
+        out = self.w_o(_merge_heads(heads))  # (B, H, T, Dh) -> (B, T, D)
+        return out, (weights if need_weights else None)
+
 
 class GPTBlock(nn.Module):
     """One pre-norm block: ``x + attn(norm1(x))``, then ``x + ffn(norm2(x))``.
@@ -260,6 +292,7 @@ class GPTBlock(nn.Module):
         *,
         positions=None,
         layout: KVLayout | None = None,
+        sinks: bool = False,
     ) -> None:
         super().__init__()
         self.norm1 = make_norm(norm, d_model)
@@ -274,6 +307,7 @@ class GPTBlock(nn.Module):
             rope_fn=rope_fn,
             positions=positions,
             layout=layout,
+            sinks=sinks,
         )
         if ffn == "none":  # attention-only (chapter 17): no FFN, so no norm before it
             self.norm2, self.ffn = nn.Identity(), None
@@ -343,7 +377,10 @@ class GPT(nn.Module):
     the rotation, e.g. by another layout); ``num_kv_heads``
     (grouped keys and values) and ``window`` (sliding-window attention, with a rolling
     KV cache from :meth:`new_cache`) (chapter 15); ``norm`` "layer" and "rms", ``ffn``
-    "relu", "gelu" and "swiglu" (chapter 16); ``ffn="none"`` (chapter 17);
+    "relu", "gelu" and "swiglu" (chapter 16); ``ffn="none"`` (chapter 17); ``num_sink``
+    (with ``window``: StreamingLLM's kept first tokens, :func:`~attention_course.sinks.
+    streaming_mask`) and ``sinks`` (gpt-oss's learned sink logit per head,
+    :func:`~attention_course.sinks.sink_attention`) (chapter 19);
     ``rope_scaling`` (chapter 19, with ``pos="rope"`` only): a RoPE scaling dict (see
     :func:`~attention_course.rope_frequencies`: linear, NTK-aware or YaRN) for every
     layer. It adds no weights, so a model trained without it reads longer contexts with
@@ -381,6 +418,8 @@ class GPT(nn.Module):
         tie_weights: bool = True,
         rope_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         rope_scaling: dict | None = None,
+        num_sink: int = 0,
+        sinks: bool = False,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -404,7 +443,14 @@ class GPT(nn.Module):
         # The pieces every layer's attention is given (one of each, shared): the key/value
         # layout (chapter 15) and the positions inside attention (chapter 14); their own
         # checks and messages.
-        kv_layout = KVLayout(num_heads, num_kv_heads, window)
+        kv_layout = KVLayout(num_heads, num_kv_heads, window, num_sink)
+        if num_sink and pos == "alibi":
+            raise ValueError(
+                "num_sink: given with pos='alibi', expected another pos (ALiBi's bias assumes "
+                "the keys a cache returns are consecutive positions; the kept sinks are not)"
+            )
+        if not isinstance(sinks, bool):
+            raise ValueError(f"sinks: got {sinks!r}, expected True or False")
         _check_rope_fn(rope_fn, pos)
         if rope_scaling is not None and pos != "rope":
             raise ValueError(
@@ -434,6 +480,8 @@ class GPT(nn.Module):
         self.window = window
         self.rope_fn = rope_fn
         self.rope_scaling = None if rope_scaling is None else dict(rope_scaling)
+        self.num_sink = num_sink
+        self.sinks = sinks  # learned sink logits in every layer (chapter 19)
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         if pos == "learned":
             self.pos_emb = nn.Embedding(max_len, d_model)
@@ -454,6 +502,7 @@ class GPT(nn.Module):
                 norm,
                 positions=attention_pieces,
                 layout=kv_layout,
+                sinks=sinks,
             )
             for _ in range(num_layers)
         )
@@ -491,6 +540,8 @@ class GPT(nn.Module):
             "window": self.window,
             "rope_fn": rope_fn,
             "rope_scaling": None if self.rope_scaling is None else dict(self.rope_scaling),
+            "num_sink": self.num_sink,
+            "sinks": self.sinks,
         }
 
     @torch.no_grad()
@@ -508,6 +559,8 @@ class GPT(nn.Module):
                 nn.init.zeros_(module.bias)
             elif isinstance(module, RMSNorm) and module.weight is not None:
                 nn.init.ones_(module.weight)
+            elif isinstance(module, CausalSelfAttention) and module.sinks is not None:
+                nn.init.zeros_(module.sinks)  # a sink logit of 0: e^0 = 1 beside the scores
         if self.pos == "sinusoidal":  # Vaswani et al. (2017, §3.4); same draws, rescaled
             self.tok_emb.weight.mul_(self.d_model**-0.5 / 0.02)
         for block in self.blocks:
@@ -522,8 +575,13 @@ class GPT(nn.Module):
         :class:`~attention_course.kv_cache.DecoderCache` with one cache per layer, an
         :class:`~attention_course.kv_cache.AttentionCache` (with ``window``, chapter 15: a
         :class:`~attention_course.kv.RollingAttentionCache` keeping the last ``window``
-        positions)."""
-        return DecoderCache([self.kv_layout.new_cache() for _ in range(self.num_layers)])
+        positions; with ``num_sink``, chapter 19: a
+        :class:`~attention_course.sinks.StreamingAttentionCache` that also keeps the first
+        ``num_sink``, numbering positions within the cache with RoPE, as StreamingLLM)."""
+        layers = [
+            self.kv_layout.new_cache(self.attention_positions) for _ in range(self.num_layers)
+        ]
+        return DecoderCache(layers)
 
     def forward(
         self, ids: torch.Tensor, return_attention: bool = False, cache: DecoderCache | None = None

@@ -26,6 +26,12 @@ import torch
 from ._validate import check_positive_int, require_ndim
 from .kv_cache import AttentionCache
 from .masking import causal_mask
+from .sinks import (
+    StreamingAttentionCache,
+    _check_num_sink,
+    _streaming_cache_keys,
+    _streaming_cache_mask,
+)
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -174,16 +180,27 @@ class KVLayout:
       each key/value head serves ``num_heads / num_kv_heads`` query heads) or 1 (MQA).
     - ``window``: None (every earlier key) or sliding-window attention over the last
       ``window`` positions, with a :class:`RollingAttentionCache`.
+    - ``num_sink`` (chapter 19, with a ``window``): StreamingLLM's attention sinks, the
+      first ``num_sink`` positions kept beside the window
+      (:func:`~attention_course.sinks.streaming_mask`), with a
+      :class:`~attention_course.sinks.StreamingAttentionCache`. 0 (the default): none.
 
     The attention module projects ``num_kv_heads`` key/value heads, stores them in
     :meth:`new_cache`'s cache, :meth:`expand` repeats them for the query heads, and
     :meth:`visible` is the causal (or sliding-window) mask.
 
     Raises:
-        ValueError: a count that is not a positive int, ``num_heads % num_kv_heads != 0``.
+        ValueError: a count that is not a positive int, ``num_heads % num_kv_heads != 0``,
+        ``num_sink`` not an int >= 0 or given without a ``window``.
     """
 
-    def __init__(self, num_heads: int, num_kv_heads: int | None = None, window: int | None = None):
+    def __init__(
+        self,
+        num_heads: int,
+        num_kv_heads: int | None = None,
+        window: int | None = None,
+        num_sink: int = 0,
+    ):
         check_positive_int("num_heads", num_heads)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         check_positive_int("num_kv_heads", num_kv_heads)
@@ -194,9 +211,16 @@ class KVLayout:
             )
         if window is not None:
             check_positive_int("window", window)
+        _check_num_sink(num_sink)
+        if num_sink and window is None:
+            raise ValueError(
+                f"num_sink: got {num_sink} without a window, expected window= too (attention "
+                "sinks are the first positions a sliding window keeps)"
+            )
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.window = window
+        self.num_sink = num_sink
         self.n_rep = num_heads // num_kv_heads  # query heads per key/value head
 
     def expand(self, k: torch.Tensor, v: torch.Tensor):
@@ -205,13 +229,31 @@ class KVLayout:
             return k, v
         return _repeat_kv(k, self.n_rep), _repeat_kv(v, self.n_rep)
 
-    def new_cache(self) -> AttentionCache:
-        """An empty cache for one layer: a :class:`RollingAttentionCache` with a window."""
-        return AttentionCache() if self.window is None else RollingAttentionCache(self.window)
+    def new_cache(self, positions=None) -> AttentionCache:
+        """An empty cache for one layer: a :class:`RollingAttentionCache` with a window, a
+        :class:`~attention_course.sinks.StreamingAttentionCache` with sinks too (given the
+        model's rotary ``positions``, it numbers positions within the cache, as StreamingLLM;
+        see its docstring)."""
+        if self.window is None:
+            return AttentionCache()
+        if self.num_sink:
+            return StreamingAttentionCache(self.window, self.num_sink, positions)
+        return RollingAttentionCache(self.window)
 
     def check_cache(self, cache) -> None:
         """Raise ``ValueError`` unless ``cache`` fits this layout (a window's rolling cache)."""
         if self.window is None:
+            return
+        if self.num_sink:
+            if (
+                not isinstance(cache, StreamingAttentionCache)
+                or cache.window != self.window
+                or cache.num_sink != self.num_sink
+            ):
+                raise ValueError(
+                    f"cache: got {type(cache).__name__}, expected a StreamingAttentionCache("
+                    f"window={self.window}, num_sink={self.num_sink}) (GPT.new_cache makes one)"
+                )
             return
         if not isinstance(cache, RollingAttentionCache) or cache.window != self.window:
             raise ValueError(
@@ -223,15 +265,22 @@ class KVLayout:
         """How many keys ``T`` new queries (the last of ``S`` positions) are given: all
         ``S``, or with a window the new ones and at most ``window - 1`` cached ones (those
         a :class:`RollingAttentionCache` returns)."""
+        if self.num_sink:  # the kept sinks too
+            return _streaming_cache_keys(T, S, self.window, self.num_sink)
         return S if self.window is None else T + min(S - T, self.window - 1)
 
     def visible(self, T: int, S: int, device=None) -> torch.Tensor:
         """Which of the ``S`` keys (:meth:`visible_keys`) each of the ``T`` new queries may
-        see: :func:`~attention_course.causal_mask` or :func:`sliding_window_mask`, ``(T, S)``."""
+        see: :func:`~attention_course.causal_mask` or :func:`sliding_window_mask`, ``(T, S)``
+        (with sinks: :func:`~attention_course.sinks.streaming_mask`'s rows over the keys
+        the streaming cache returns)."""
         if self.window is None:
             return causal_mask(T, device, S=S)
+        if self.num_sink:
+            return _streaming_cache_mask(T, S, self.window, self.num_sink, device)
         return sliding_window_mask(T, self.window, device, S=S)
 
     def __repr__(self) -> str:
         heads = f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}"
-        return f"KVLayout({heads}, window={self.window})"
+        sinks = f", num_sink={self.num_sink}" if self.num_sink else ""
+        return f"KVLayout({heads}, window={self.window}{sinks})"

@@ -393,3 +393,19 @@ def test_a_model_saved_without_scaling_is_evaluated_with_it(tmp_path):
         first = scaled(ids[:, :150], cache=cache)
         rest = scaled(ids[:, 150:], cache=cache)
         assert_close(torch.cat([first, rest], dim=1), out, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_base_is_refused():
+    with pytest.raises(ValueError, match="base"):
+        rope_frequencies(16, base=0)
+    with pytest.raises(ValueError, match="base"):
+        rope_frequencies(16, base=True)
+
+
+def test_apply_rope_with_scaling_takes_positions_per_sequence():
+    scaling = {"type": "yarn", "factor": 4, "original_max_len": 32}
+    x = torch.randn(2, 3, 5, 16, dtype=torch.float64)
+    positions = torch.tensor([[0, 1, 2, 3, 4], [100, 101, 102, 103, 104]])
+    out = apply_rope(x, positions, scaling=scaling)
+    for b in range(2):
+        assert_close(out[b], apply_rope(x[b], positions[b], scaling=scaling), rtol=0, atol=0)

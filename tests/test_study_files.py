@@ -19,6 +19,7 @@ FILES = [
     "book/data/kv_cache_generation.json",
     "book/data/latent_study.json",
     "book/data/modern_block.json",
+    "book/data/rope_scaling.json",
     "book/data/sinks_study.json",
 ]
 METADATA = {"torch", "python", "threads", "processor", "schedule"}

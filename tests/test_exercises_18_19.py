@@ -272,3 +272,227 @@ def test_numpy_integer_and_bool_configs_are_plain_python():
     for config in seen:
         assert all(type(v) in (int, str) for v in config.values()), config
     assert not isinstance(np.int64(1), int)  # so the check above means something
+
+
+# ---------------------------------------------------------------- the student's findings (s6)
+
+
+def test_the_naive_mla_form_passes_and_the_statement_says_it_is_not_detected():
+    """The checker grades `output` and `q_absorbed` only; the naive form (per-head keys and
+    values built from the latent) gives the same two tensors and passes. The statement must
+    say so rather than promise an enforcement the checker does not have."""
+    import json
+    from pathlib import Path
+
+    assert check_mla_absorbed_attention(latent.mla_naive_form).passed
+    root = Path(__file__).resolve().parents[1]
+    for path in (
+        "exercises/18_latent_attention.ipynb",
+        "exercises/solutions/18_latent_attention.ipynb",
+    ):
+        nb = json.loads((root / path).read_text())
+        text = " ".join(
+            " ".join("".join(c["source"]).split())
+            for c in nb["cells"]
+            if c["cell_type"] == "markdown"
+        )
+        assert "`output` and `q_absorbed`, and nothing else" in text, path
+        assert "it is not detected" in text, path
+
+
+@pytest.mark.parametrize("run_seed", [0, 1, 2, 3, 12345])
+def test_kv_cache_bytes_int32_fails_under_every_run_seed(run_seed):
+    """Two fixed cases (the same under every run seed) exceed 2^31 and 2^32 bytes: a count in
+    int32 fails in the check cell (run seed 0) as in the grader, the overflow named."""
+    from attention_course.checks.latent import _LARGE_CONFIGS
+
+    report = check_kv_cache_bytes(latent.kv_cache_bytes_int32, seed=run_seed)
+    assert not report.passed
+    assert "cache-integer-overflow" in report.mistakes, str(report)
+    large = [r for r in report.results if "more than 2^3" in r.name]
+    assert len(large) == 2 and not any(r.passed for r in large)
+    sizes = [
+        expected_cache_bytes(_LARGE_CONFIGS["mha"], 3000, 1),
+        expected_cache_bytes(_LARGE_CONFIGS["mla"], 32768, 2),
+    ]
+    assert 2**31 < sizes[0] < 2**32 < sizes[1], sizes
+
+
+def test_kv_cache_bytes_in_bits_names_bits_first_and_the_heads_only_beside():
+    """×8 can equal H / Hkv: the MHA case names the bits alone, and where the GQA case's
+    number is also the heads' mistake, both are named (the bits not first)."""
+    report = check_kv_cache_bytes(latent.kv_cache_bytes_bits)
+    first = next(r for r in report.results if not r.passed)
+    assert first.mistake == "cache-counted-in-bits", first.message
+    for r in report.results:
+        if "grouped or multi-query" in r.message:
+            assert "Or (the same number here): the count is in bits" in r.message
+
+
+@pytest.mark.parametrize("run_seed", [0, 7])
+def test_yarn_high_clipped_at_half_fails_under_every_run_seed(run_seed):
+    report = check_rope_frequencies(
+        long_context.rope_frequencies_high_clipped_at_half, seed=run_seed
+    )
+    (failed,) = [r for r in report.results if not r.passed]
+    assert "original length 65536" in failed.name
+    assert failed.mistake == "yarn-high-clipped-at-half", failed.message
+    import math
+
+    d, length = 64, 65536
+    i_slow = d * math.log(length / (2 * math.pi)) / (2 * math.log(10000.0))
+    assert math.ceil(i_slow) > d // 2 - 1
+
+
+def test_no_float32_hint_beside_an_entry_off_by_more_than_one_percent():
+    """The unclamped ramp doubles some frequencies: its message must not call the values
+    "close to the reference" (it names the clamp instead), and a value wrong by far in one
+    small entry gets no precision hint."""
+    from attention_course.checks._compare import _float32_precision_hint
+
+    report = check_rope_frequencies(long_context.rope_frequencies_ramp_not_clamped)
+    assert "yarn-ramp-not-clamped" in report.mistakes
+    assert "close to the reference" not in str(report)
+    expected = torch.tensor([1.0, 1e-3, 1e-4], dtype=torch.float64)
+    got = expected.clone()
+    got[2] = 5e-4  # a relative 4e-4 of the largest entry, five times the entry itself
+    assert _float32_precision_hint(expected)(got) is None
+    assert _float32_precision_hint(expected)(expected * (1 + 3e-8)) is not None
+
+
+def test_streaming_coinciding_off_by_ones_are_not_named_where_they_coincide():
+    """With more sinks than the window, one sink too many and a window one too wide can be
+    the same mask: that case names neither; the first case names each one rightly."""
+    for impl, mistake in (
+        (long_context.streaming_mask_sinks_one_too_many, "streaming-sinks-one-too-many"),
+        (long_context.streaming_mask_window_too_wide, "streaming-window-one-wide"),
+    ):
+        report = check_streaming_mask(impl)
+        named = {r.mistake for r in report.results if not r.passed} - {None}
+        assert named == {mistake}, str(report)
+
+
+# ---------------------------------------------------------------- one policy, stated
+
+
+def _statements(exercise: str) -> dict[str, str]:
+    """Each check task's statement (the markdown cell before its solution cell)."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    nb = json.loads((root / "exercises" / f"{exercise}.ipynb").read_text())
+    out, last = {}, ""
+    for c in nb["cells"]:
+        if c["cell_type"] == "markdown":
+            last = " ".join("".join(c["source"]).split())
+        nbgrader = c.get("metadata", {}).get("nbgrader", {})
+        if c["cell_type"] == "code" and nbgrader.get("solution"):
+            out[nbgrader["grade_id"]] = last
+    return out
+
+
+STATED = {
+    "18_latent_attention": {
+        "mla_absorbed_attention": ["`MultiHeadLatentAttention`"],
+        "kv_cache_bytes": ["`cache_per_token`"],
+    },
+    "19_longer_than_trained": {
+        "rope_frequencies": ["`rope_frequencies`", "`apply_rope`"],
+        "scaled_rope_scores": ["`apply_rope` (with or without `scaling=`)", "`rope_frequencies`"],
+        "streaming_mask": ["`streaming_mask`", "`causal_mask`", "`sliding_window_mask`"],
+        "sink_attention": ["`sink_attention`"],
+    },
+}
+
+
+@pytest.mark.parametrize("exercise", sorted(STATED))
+def test_every_check_task_states_what_is_allowed_and_names_the_package(exercise):
+    statements = _statements(exercise)
+    for task, names in STATED[exercise].items():
+        text = statements[task]
+        assert "**Allowed:**" in text, (task, text)
+        assert "the grader scores 0 a solution cell that calls or imports it" in text, task
+        for name in names:
+            assert name in text, (task, name)
+
+
+REFERENCE_CALLS = {
+    ("19_longer_than_trained", "scaled_rope_scores"): (
+        "def scaled_rope_scores(query, key, scaling, base=10000.0):\n"
+        "    from attention_course import apply_rope\n"
+        "    T, S = query.shape[-2], key.shape[-2]\n"
+        "    q = apply_rope(query, torch.arange(S - T, S), base=base, scaling=scaling)\n"
+        "    k = apply_rope(key, torch.arange(S), base=base, scaling=scaling)\n"
+        "    return q @ k.transpose(-1, -2) / query.shape[-1] ** 0.5\n",
+        "attention_course.apply_rope",
+    ),
+    ("19_longer_than_trained", "rope_frequencies"): (
+        "def rope_frequencies(head_dim, base=10000.0, scaling=None):\n"
+        "    from attention_course.relative_positions import rope_frequencies as rf\n"
+        "    return rf(head_dim, base, scaling)\n",
+        "rope_frequencies",
+    ),
+    ("19_longer_than_trained", "streaming_mask"): (
+        "def streaming_mask(size, window, num_sink, device=None):\n"
+        "    import attention_course as ac\n"
+        "    return ac.streaming_mask(size, window, num_sink, device)\n",
+        "attention_course.streaming_mask",
+    ),
+    ("19_longer_than_trained", "sink_attention"): (
+        "def sink_attention(query, key, value, sinks, mask=None, scale=None):\n"
+        "    from attention_course import sink_attention as sa\n"
+        "    return sa(query, key, value, sinks, mask=mask, scale=scale)\n",
+        "sink_attention",
+    ),
+    ("18_latent_attention", "kv_cache_bytes"): (
+        "def kv_cache_bytes(config, tokens, batch=1):\n"
+        "    from attention_course import cache_per_token\n"
+        "    per = cache_per_token(kv_rank=config['kv_rank'], d_rope=config['d_rope'])\n"
+        "    return per * config['num_layers'] * tokens * batch * config['bytes_per_number']\n",
+        "cache_per_token",
+    ),
+}
+
+
+@pytest.mark.parametrize("exercise, task_name", sorted(REFERENCE_CALLS))
+def test_a_package_call_fails_the_check_cell_and_the_grader_alike(exercise, task_name, monkeypatch):
+    """The student ran `check_scaled_rope_scores` on a solution built on the package's
+    `apply_rope(..., scaling=)` outside a notebook (no cells to scan: ✓) while the grader
+    scored 0. In the notebook, the check cell scans the cells the kernel ran and says what
+    the grader says, for every task of 18-19."""
+    pytest.importorskip("nbformat")
+    import json
+    from pathlib import Path
+
+    import nbformat
+
+    from attention_course.checks import CHECKERS
+    from attention_course.checks._policy import breaks_policy, policy_problem, policy_record
+    from attention_course.checks._scan import scan_notebook
+    from attention_course.grading.grade import _policy
+
+    root = Path(__file__).resolve().parents[1]
+    tasks = json.loads((root / "attention_course" / "exercise_tasks.json").read_text())
+    given = json.loads((root / "attention_course" / "exercise_given.json").read_text())
+    nb = json.loads((root / "exercises" / "solutions" / f"{exercise}.ipynb").read_text())
+    task = next(t for t in tasks[exercise] if t["name"] == task_name)
+    source, named = REFERENCE_CALLS[(exercise, task_name)]
+    cell = next(
+        c
+        for c in nb["cells"]
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == task["solution_cell"]
+    )
+    cell["source"] = source
+    cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    monkeypatch.setattr(sys.modules["__main__"], "In", ["", *cells], raising=False)
+    candidate = type("Candidate", (), {"__module__": "__main__"})
+    candidate.__name__ = task_name
+    checker = CHECKERS[task_name]
+    check_says = policy_problem(candidate, checker.target, policy_record(checker)["forbidden"])
+    record = {**task, **_policy(task)}
+    book = nbformat.reads(json.dumps(nb), 4)
+    findings = scan_notebook(book, [record], given[exercise]).get(task["id"], [])
+    grader_says = [f.message() for f in findings if breaks_policy(f, record.get("forbidden", []))]
+    assert "calls the reference" in check_says and named in check_says, check_says
+    assert grader_says and any(named in m for m in grader_says), grader_says

@@ -292,7 +292,28 @@ MISTAKES: dict[str, str] = {
         "the queries were rotated at positions 0 .. T - 1: they are the last T of the S "
         "positions, S - T .. S - 1 (the S - T positions before them are earlier tokens)"
     ),
+    "mla-k-rope-head-zero-only": (
+        "the shared rotary key's term reached one head only: every head's score has the "
+        "term q_rope_h . k_rope_j, with the same k_rope for all heads; broadcast it over "
+        "the head axis, `q_rope @ k_rope[:, None].transpose(-1, -2)`"
+    ),
     # ---- the KV cache of a configuration (exercise 18)
+    "cache-mla-per-head": (
+        "MLA's cache was counted once per head: the latent and the rotary key are shared by "
+        "all heads, kv_rank + d_rope numbers per token per layer (the heads' keys and values "
+        "are rebuilt from them)"
+    ),
+    "cache-counted-in-bits": (
+        "the count is in bits, not bytes: bytes_per_number is already in bytes (2 for "
+        "bfloat16), so do not multiply by 8"
+    ),
+    "cache-integer-overflow": (
+        "the count overflowed a 32-bit integer: the true number of bytes is more than "
+        "2^31, and the result wrapped around (it differs from the right one by a multiple "
+        "of 2^32); compute with Python ints (`int(...)`, plain `*`), not numpy's int32 "
+        "(`np.prod(..., dtype=np.int32)`, or numpy < 2's default integer on Windows) or "
+        "torch.int32"
+    ),
     "cache-mla-keys-and-values": (
         "MLA's latent was counted twice (once for keys, once for values): keys and values "
         "are both up-projected from the same cached latent, so a token stores kv_rank + "
@@ -350,6 +371,19 @@ MISTAKES: dict[str, str] = {
         "the ramp was indexed by the feature 2i instead of the pair i: the correction range "
         "counts pairs, ramp(i) = clamp((i - low) / (high - low), 0, 1) for i = 0 .. d/2 - 1"
     ),
+    "yarn-high-clipped-at-half": (
+        "`high` was clipped at d/2 - 1 (the last pair): HF's `find_correction_range` clips "
+        "it at d - 1, so with a long original length (here ceil(i(beta_slow)) > d/2 - 1) "
+        "the ramp is still below 1 at the last pair; clip with `min(high, d - 1)`"
+    ),
+    "yarn-ramp-off-by-one": (
+        "the ramp is off by one pair: pair i's share is (i - low) / (high - low), with i "
+        "counted from 0 (`torch.arange(d // 2)`), not (i + 1 - low) / (high - low)"
+    ),
+    "yarn-ramp-not-clamped": (
+        "the ramp is not clamped: (i - low) / (high - low) is below 0 for the pairs before "
+        "`low` and above 1 after `high`; clamp it to [0, 1] (`.clamp(0, 1)`)"
+    ),
     "yarn-attention-factor": (
         "the attention factor is wrong: YaRN's is 0.1 ln(s) + 1 (HF's get_mscale)"
     ),
@@ -359,6 +393,15 @@ MISTAKES: dict[str, str] = {
     "linear-scaling-multiplied": (
         "linear scaling multiplies the frequencies by s: position interpolation slows every "
         "pair down, base^(-2i/d) / s"
+    ),
+    "linear-scaling-last-pair": (
+        "linear scaling left the last pair unscaled: position interpolation divides every "
+        "pair's frequency by s, the last one (i = d/2 - 1) too"
+    ),
+    "ntk-exponent-d-minus-1": (
+        "NTK-aware scaling used the exponent d / (d - 1): the new base is base * s^(d / "
+        "(d - 2)), because the lowest frequency is base^(-(d - 2)/d) (pair i = d/2 - 1, "
+        "exponent -2i/d), and this base divides exactly it by s"
     ),
     "ntk-base-times-factor": (
         "NTK-aware scaling multiplied the base by s: the new base is base * s^(d / (d - 2)), "
@@ -382,6 +425,18 @@ MISTAKES: dict[str, str] = {
         "the sink tokens are missing: besides the window every query keeps the first "
         "num_sink tokens, j < num_sink"
     ),
+    "streaming-sinks-one-too-many": (
+        "one sink too many: the sinks are the first num_sink tokens, j < num_sink (j counts "
+        "from 0), not j <= num_sink"
+    ),
+    "streaming-not-causal": (
+        "the mask is not causal: a query sees later sinks and later tokens of its window; "
+        "keep j <= i as well, (j <= i) & ((j < num_sink) | (i - j < window))"
+    ),
+    "streaming-mask-transposed": (
+        "the mask is transposed: row i is query i, column j key j, so the True entries lie "
+        "on and below the diagonal, `mask[i, j]` for j <= i"
+    ),
     "streaming-window-one-wide": (
         "the window keeps one token too many: i - j < window (the token itself and the "
         "window - 1 before it), not i - j <= window"
@@ -395,6 +450,19 @@ MISTAKES: dict[str, str] = {
         "window is `window` tokens besides the sinks, i - j < window"
     ),
     # ---- gpt-oss's learned sinks (exercise 19)
+    "sink-one-for-all-heads": (
+        "every head got the same sink (sinks[0]): sinks (H,) holds one logit per head; "
+        "reshape it to (1, H, 1, 1) so that head h's rows get sinks[h]"
+    ),
+    "sink-scale-ignored": (
+        "the `scale` argument is ignored: when it is given, the scores are q . k * scale; "
+        "1/sqrt(Dk) is only its default (`if scale is None`)"
+    ),
+    "sink-mask-after-softmax": (
+        "the mask was applied after the softmax: masked keys still took a share of the row "
+        "(and of the sink's); fill the masked *scores* with -inf (or add a float mask) "
+        "before the softmax over [scores | sink]"
+    ),
     "sink-share-kept": (
         "the sink's share is kept in the weights: after the softmax over [scores | sink] drop "
         "the sink's column and do not renormalise, so each row sums to 1 - p_sink"

@@ -104,12 +104,22 @@ def naive_mla(q, latent, k_rope, w_ukv, d_v, variant: str | None = None, base: f
         rope_scores = q_rope @ kr.transpose(-1, -2)  # (B, H, T, dr) @ (B, dr, S): B vs H
     else:
         rope_scores = q_rope @ kr[:, None].transpose(-1, -2)
+    if variant == "rope_head_zero":  # the shared key's term given to head 0 only
+        only_first = torch.zeros(H, 1, 1, dtype=rope_scores.dtype)
+        only_first[0] = 1
+        rope_scores = rope_scores * only_first
     scores = q_lat @ latent[:, None].transpose(-1, -2) + rope_scores
     width = {"scale_d_nope": dn, "scale_latent": r + dr}.get(variant, dn + dr)
     scores = scores * width**-0.5
     offset = 0 if variant == "no_offset" else S - T
     keep = torch.ones(T, S, dtype=torch.bool).tril(diagonal=offset)
-    weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)
+    if variant == "no_mask":
+        keep = torch.ones(T, S, dtype=torch.bool)
+    masked = scores.masked_fill(~keep, float("-inf"))
+    if variant == "softmax_queries":  # over the query axis; a column of -inf gives NaN
+        weights = torch.softmax(masked, dim=-2).nan_to_num()
+    else:
+        weights = torch.softmax(masked, dim=-1)
     context = weights @ latent[:, None]  # (B, H, T, r)
     if variant == "uv_transposed":
         out = torch.einsum("bhtr,hrv->bhtv", context, W_UV)  # needs dv == r
@@ -131,6 +141,9 @@ _MLA_VARIANTS = {
     "split": "mla-ukv-split-wrong",
     "no_offset": "mla-causal-no-offset",
     "queries_at_zero": "mla-queries-at-zero",
+    "rope_head_zero": "mla-k-rope-head-zero-only",
+    "softmax_queries": "softmax-over-queries",
+    "no_mask": "no-causal-mask",
 }
 
 
@@ -493,6 +506,10 @@ def expected_cache_bytes(config: dict, tokens: int, batch: int = 1, variant: str
     }[kind]
     if variant == "mla_twice" and kind == "mla":
         per_layer = 2 * (config["kv_rank"] + config["d_rope"])
+    elif variant == "mla_latent_twice" and kind == "mla":
+        per_layer = 2 * config["kv_rank"] + config["d_rope"]
+    elif variant == "mla_per_head" and kind == "mla":
+        per_layer = H * (config["kv_rank"] + config["d_rope"])
     elif variant == "mla_no_rope" and kind == "mla":
         per_layer = config["kv_rank"]
     elif variant == "mla_rope_per_head" and kind == "mla":
@@ -506,11 +523,18 @@ def expected_cache_bytes(config: dict, tokens: int, batch: int = 1, variant: str
     numbers = per_layer * tokens * batch * (1 if variant == "layers" else L)
     if variant == "batch":
         numbers //= batch
+    if variant == "bits":
+        return numbers * config["bytes_per_number"] * 8
     return numbers * (1 if variant == "bytes" else config["bytes_per_number"])
 
 
+# A factor of 8 can also be a ratio of heads (H / Hkv): when two mistakes give the same
+# number the message names both, bits last (the MHA case, where nothing else multiplies
+# by 8, names the bits alone)
 _CACHE_VARIANTS = {
     "mla_twice": "cache-mla-keys-and-values",
+    "mla_latent_twice": "cache-mla-keys-and-values",
+    "mla_per_head": "cache-mla-per-head",
     "mla_no_rope": "cache-mla-no-rope-key",
     "mla_rope_per_head": "cache-mla-rope-per-head",
     "mla_decompressed": "cache-mla-decompressed",
@@ -519,6 +543,7 @@ _CACHE_VARIANTS = {
     "layers": "cache-layers-ignored",
     "bytes": "cache-bytes-ignored",
     "batch": "cache-batch-ignored",
+    "bits": "cache-counted-in-bits",
 }
 
 
@@ -547,9 +572,42 @@ def draw_config(kind: str, seed: int) -> dict:
     return config
 
 
-def _cache_case(candidate, kind: str, *, seed: int, tokens: int, batch: int | None = None):
+# Configurations written out (the same under every run seed) whose caches exceed 2^31 and
+# 2^32 bytes: a count done in 32-bit integers (numpy's int32, the default integer of numpy < 2
+# on Windows) wraps around there, in the check cell as in the grader
+_LARGE_CONFIGS = {
+    # DeepSeek-V3's attention: 61 layers, 128 heads, kv_rank 512, d_rope 64, bfloat16
+    "mla": {
+        "attention": "mla",
+        "num_layers": 61,
+        "num_heads": 128,
+        "head_dim": 192,
+        "bytes_per_number": 2,
+        "kv_rank": 512,
+        "d_rope": 64,
+    },
+    # a 7B-sized MHA model (32 layers of 32 heads of 128) in float32
+    "mha": {
+        "attention": "mha",
+        "num_layers": 32,
+        "num_heads": 32,
+        "head_dim": 128,
+        "bytes_per_number": 4,
+    },
+}
+
+
+def _cache_case(
+    candidate,
+    kind: str,
+    *,
+    seed: int,
+    tokens: int,
+    batch: int | None = None,
+    fixed: bool = False,
+):
     def run():
-        config = draw_config(kind, seed)
+        config = dict(_LARGE_CONFIGS[kind]) if fixed else draw_config(kind, seed)
         kwargs = {} if batch is None else {"batch": batch}
         b = 1 if batch is None else batch
         expected = expected_cache_bytes(config, tokens, b)
@@ -565,10 +623,16 @@ def _cache_case(candidate, kind: str, *, seed: int, tokens: int, batch: int | No
         if int(value) == expected:
             return
         message = f"{what}: expected {expected:,} bytes, got {show(value)}"
+        if (int(value) - expected) % 2**32 == 0:
+            raise CaseFailed(message + f"\nLikely mistake: {says('cache-integer-overflow')}.")
+        named = []
         for variant, mistake in _CACHE_VARIANTS.items():
             wrong = expected_cache_bytes(config, tokens, b, variant)
             if wrong != expected and wrong == int(value):
-                raise CaseFailed(message + f"\nLikely mistake: {says(mistake)}.")
+                named.append(says(mistake))
+        if named:
+            also = "".join(f"\nOr (the same number here): {m}." for m in named[1:])
+            raise CaseFailed(message + f"\nLikely mistake: {named[0]}." + also)
         raise CaseFailed(
             message + "\nHint: per token and layer MHA caches 2 H Dh numbers, GQA 2 Hkv Dh, "
             "MQA 2 Dh; MLA its latent and its shared rotary key; then layers, tokens, batch "
@@ -603,5 +667,15 @@ def check_kv_cache_bytes(candidate) -> list[Case]:
             _cache_case(candidate, "mla", seed=7, tokens=1),
             weight=TRIVIAL,
             covers=frozenset({"tokens=1"}),
+        ),
+        Case(
+            "MHA of 32 layers x 32 heads x 128 in float32, 3,000 tokens: more than 2^31 bytes",
+            _cache_case(candidate, "mha", seed=8, tokens=3000, fixed=True),
+            covers=frozenset({"> 2^31 bytes"}),
+        ),
+        Case(
+            "DeepSeek-V3's MLA, 32,768 tokens, batch=2: more than 2^32 bytes",
+            _cache_case(candidate, "mla", seed=9, tokens=32768, batch=2, fixed=True),
+            covers=frozenset({"> 2^32 bytes", "batch"}),
         ),
     ]

@@ -60,9 +60,14 @@ def frequencies(head_dim: int, base: float, scaling: dict | None, variant: str |
     kind, s = scaling["type"], float(scaling["factor"])
     if kind == "linear":
         inv = plain_freq * s if variant == "linear_multiplied" else plain_freq / s
+        if variant == "linear_last_pair":  # the last pair left at its plain frequency
+            inv[-1] = plain_freq[-1]
         return inv, (0.1 * math.log(s) + 1 if variant == "factor_not_one" else 1.0)
     if kind == "ntk":
-        new_base = base * s if variant == "ntk_times" else base * s ** (head_dim / (head_dim - 2))
+        exponent = {"ntk_times": 1.0, "ntk_d_minus_1": head_dim / (head_dim - 1)}.get(
+            variant, head_dim / (head_dim - 2)
+        )
+        new_base = base * s**exponent
         factor = 0.1 * math.log(s) + 1 if variant == "factor_not_one" else 1.0
         return new_base ** (-i / head_dim), factor
     # yarn
@@ -76,13 +81,20 @@ def frequencies(head_dim: int, base: float, scaling: dict | None, variant: str |
         low, high = math.ceil(low), math.floor(high)
     elif variant != "no_round":
         low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, head_dim - 1)
+    low, high = (
+        max(low, 0),
+        min(high, head_dim // 2 - 1 if variant == "high_half" else head_dim - 1),
+    )
     if low == high:
         high += 0.001
     pairs = torch.arange(head_dim // 2, dtype=torch.float64)
     if variant == "ramp_features":
         pairs = pairs * 2
-    ramp = ((pairs - low) / (high - low)).clamp(0, 1)
+    elif variant == "ramp_off_by_one":
+        pairs = pairs + 1
+    ramp = (pairs - low) / (high - low)
+    if variant != "ramp_not_clamped":
+        ramp = ramp.clamp(0, 1)
     keep = ramp if variant == "ramp_reversed" else 1 - ramp  # the extrapolated share
     if variant == "interpolate_all":
         keep = torch.zeros_like(keep)
@@ -107,8 +119,13 @@ _FREQ_VARIANTS = {
     "interpolate_none": "yarn-no-interpolation",
     "betas_swapped": "yarn-betas-swapped",
     "ramp_features": "yarn-ramp-over-features",
+    "high_half": "yarn-high-clipped-at-half",
+    "ramp_off_by_one": "yarn-ramp-off-by-one",
+    "ramp_not_clamped": "yarn-ramp-not-clamped",
     "linear_multiplied": "linear-scaling-multiplied",
+    "linear_last_pair": "linear-scaling-last-pair",
     "ntk_times": "ntk-base-times-factor",
+    "ntk_d_minus_1": "ntk-exponent-d-minus-1",
     "ignored": "scaling-ignored",
 }
 _FACTOR_VARIANTS = {
@@ -218,6 +235,12 @@ def check_rope_frequencies(candidate) -> list[Case]:
             "yarn, beta_fast 16 and beta_slow 2 given, factor 2, head_dim 64, length 1024",
             _frequencies_case(candidate, 64, _yarn(2.0, 1024, beta_fast=16.0, beta_slow=2.0)),
             covers=frozenset({"scaling", "scaling=yarn", "betas"}),
+        ),
+        Case(
+            "yarn, factor 4, head_dim 64, original length 65536: ceil(i(beta_slow)) = 33 is "
+            "above d/2 - 1",
+            _frequencies_case(candidate, 64, _yarn(4.0, 65536)),
+            covers=frozenset({"scaling", "scaling=yarn", "high > d/2 - 1"}),
         ),
         Case(
             "yarn, factor 1.25 (close to 1), head_dim 32, original length 64",
@@ -335,10 +358,20 @@ def _streaming_mistakes(size, window, num_sink):
     j = torch.arange(size)[None, :]
     causal = j <= i
     sink = j < num_sink
+    right = causal & (sink | (i - j < window))
+    # with more sinks than the window, one sink too many (the column j = num_sink) can be
+    # the same mask as a window one too wide (the column i - window): where they agree,
+    # neither is named (a case where they differ names the right one)
+    sink_extra = causal & ((j <= num_sink) | (i - j < window))
+    window_extra = causal & (sink | (i - j <= window))
+    same = torch.equal(sink_extra, window_extra)
     return [
+        (says("streaming-sinks-one-too-many"), lambda: None if same else sink_extra),
+        (says("streaming-not-causal"), lambda: sink | (i - j < window)),
+        (says("streaming-mask-transposed"), lambda: right.T),
         (says("streaming-sinks-see-future"), lambda: (causal & (i - j < window)) | sink),
         (says("streaming-sinks-ignored"), lambda: causal & (i - j < window)),
-        (says("streaming-window-one-wide"), lambda: causal & (sink | (i - j <= window))),
+        (says("streaming-window-one-wide"), lambda: None if same else window_extra),
         (says("streaming-window-one-narrow"), lambda: causal & (sink | (i - j < window - 1))),
         (
             says("streaming-sinks-in-window"),
@@ -432,9 +465,12 @@ def _sink_variant(query, key, value, sinks, mask, scale, variant):
     """(output, weights) with one known mistake, in float64, cast back."""
     dtype = query.dtype
     q, k, v, s = (t.detach().to(torch.float64) for t in (query, key, value, sinks))
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    if scale is None or variant == "scale_ignored":
+        scale = q.shape[-1] ** -0.5
     scores = q @ k.transpose(-1, -2) * scale
-    if mask is not None:
+    if variant == "one_sink":
+        s = s[:1].expand(s.shape[0])
+    if mask is not None and variant != "mask_after":
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))
         else:
@@ -454,6 +490,11 @@ def _sink_variant(query, key, value, sinks, mask, scale, variant):
         weights = (e / e.sum(-1, keepdim=True))[..., :S]
     else:
         weights = torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :S]
+    if variant == "mask_after" and mask is not None:
+        if mask.dtype == torch.bool:
+            weights = weights.masked_fill(~mask, 0.0)
+        else:
+            return None  # a float mask after the softmax: no one way to get it wrong
     out = weights[..., :S] @ v if variant == "kept" else weights @ v
     return out.to(dtype), weights.to(dtype)
 
@@ -464,6 +505,9 @@ _SINK_VARIANTS = {
     "kept": "sink-share-kept",
     "wrong_head": "sink-wrong-head",
     "no_max": "sink-no-max-subtraction",
+    "one_sink": "sink-one-for-all-heads",
+    "scale_ignored": "sink-scale-ignored",
+    "mask_after": "sink-mask-after-softmax",
 }
 
 

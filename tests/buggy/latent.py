@@ -28,6 +28,9 @@ def _mla(
     weight_in_out=False,
     no_offset=False,
     positions_from_zero=False,
+    rope_head_zero=False,
+    softmax_dim=-1,
+    no_mask=False,
 ):
     B, H, T, _ = q.shape
     S, r = latent.shape[1], latent.shape[2]
@@ -51,10 +54,16 @@ def _mla(
     else:
         q_absorbed = torch.einsum("bhtd,hdr->bhtr", q_nope, w_uk)
     k_r = k_rope.transpose(-1, -2) if no_broadcast else k_rope[:, None].transpose(-1, -2)
-    scores = q_absorbed @ latent[:, None].transpose(-1, -2) + q_rope @ k_r
+    rope_scores = q_rope @ k_r
+    if rope_head_zero:  # the shared key's term kept for head 0 only
+        rope_scores = rope_scores * (torch.arange(H) == 0).to(q.dtype).view(H, 1, 1)
+    scores = q_absorbed @ latent[:, None].transpose(-1, -2) + rope_scores
     scores = scores / math.sqrt(scale_width or (d_nope + d_rope))
     keep = torch.ones(T, S, dtype=torch.bool).tril(diagonal=0 if no_offset else S - T)
-    weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)
+    if no_mask:
+        keep = torch.ones(T, S, dtype=torch.bool)
+    weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=softmax_dim)
+    weights = weights.nan_to_num()  # a column with no key left (softmax over the queries)
     context = weights @ latent[:, None]  # (B, H, T, r)
     if uv_transposed:
         out = context @ w_uv[None]  # (r, d_v) expected, (d_v, r) given
@@ -124,6 +133,42 @@ def mla_queries_at_zero(q, latent, k_rope, w_ukv, d_v):
     return _mla(q, latent, k_rope, w_ukv, d_v, positions_from_zero=True)
 
 
+def mla_rope_term_on_head_zero(q, latent, k_rope, w_ukv, d_v):
+    """The shared rotary key's term added to head 0's scores only."""
+    return _mla(q, latent, k_rope, w_ukv, d_v, rope_head_zero=True)
+
+
+def mla_softmax_over_queries(q, latent, k_rope, w_ukv, d_v):
+    """The softmax over dim -2 (the queries), NaN of empty columns zeroed."""
+    return _mla(q, latent, k_rope, w_ukv, d_v, softmax_dim=-2)
+
+
+def mla_no_causal_mask(q, latent, k_rope, w_ukv, d_v):
+    """No causal mask: every new query sees every position, the later new ones too."""
+    return _mla(q, latent, k_rope, w_ukv, d_v, no_mask=True)
+
+
+def mla_naive_form(q, latent, k_rope, w_ukv, d_v):
+    """The naive form the task asks to avoid: per-head keys (B, H, S, d_nope) and values
+    (B, H, S, d_v) built from the latent. Its results are the right ones, and the checker
+    grades the results only: it passes (the statement says so)."""
+    B, H, T, _ = q.shape
+    S, r = latent.shape[1], latent.shape[2]
+    d_rope = k_rope.shape[-1]
+    d_nope = q.shape[-1] - d_rope
+    W = w_ukv.view(H, d_nope + d_v, r)
+    k = torch.einsum("hnr,bsr->bhsn", W[:, :d_nope], latent)
+    v = torch.einsum("hvr,bsr->bhsv", W[:, d_nope:], latent)
+    keys = torch.cat([k, k_rope[:, None].expand(B, H, S, d_rope)], dim=-1)
+    queries = torch.cat([q[..., :d_nope], apply_rope(q[..., d_nope:], torch.arange(S - T, S))], -1)
+    keep = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)
+    scores = (queries @ keys.transpose(-1, -2) / math.sqrt(d_nope + d_rope)).masked_fill(
+        ~keep, float("-inf")
+    )
+    q_absorbed = torch.einsum("bhtn,hnr->bhtr", q[..., :d_nope], W[:, :d_nope])
+    return scores.softmax(-1) @ v, q_absorbed
+
+
 # ---------------------------------------------------------------- kv_cache_bytes
 
 
@@ -183,6 +228,35 @@ def kv_cache_bytes_no_batch(config, tokens, batch=1):
     return _per_layer(config) * config["num_layers"] * tokens * config["bytes_per_number"]
 
 
+def kv_cache_bytes_int32(config, tokens, batch=1):
+    """Counts in numpy's int32 (numpy < 2's default integer on Windows): wraps around above
+    2^31 bytes."""
+    factors = [_per_layer(config), config["num_layers"], tokens, batch]
+    with np.errstate(over="ignore"):
+        return int(np.prod([*factors, config["bytes_per_number"]], dtype=np.int32))
+
+
+def kv_cache_bytes_bits(config, tokens, batch=1):
+    """Multiplies by 8: bits, not bytes."""
+    return reference_kv_cache_bytes(config, tokens, batch) * 8
+
+
+def kv_cache_bytes_mla_latent_twice(config, tokens, batch=1):
+    """MLA's latent counted for keys and for values, the rotary key once: 2 kv_rank + d_rope."""
+    if config["attention"] != "mla":
+        return reference_kv_cache_bytes(config, tokens, batch)
+    per = 2 * config["kv_rank"] + config["d_rope"]
+    return per * config["num_layers"] * tokens * batch * config["bytes_per_number"]
+
+
+def kv_cache_bytes_mla_per_head(config, tokens, batch=1):
+    """MLA's latent and rotary key counted once per head."""
+    if config["attention"] != "mla":
+        return reference_kv_cache_bytes(config, tokens, batch)
+    per = config["num_heads"] * (config["kv_rank"] + config["d_rope"])
+    return per * config["num_layers"] * tokens * batch * config["bytes_per_number"]
+
+
 def kv_cache_bytes_float(config, tokens, batch=1):
     """Returns a rounded float in gigabytes' style (bytes / 1e9): not a whole number."""
     return round(reference_kv_cache_bytes(config, tokens, batch) / 1e9, 3)
@@ -236,6 +310,28 @@ CATALOGUE = [
     ("kv_cache_bytes", "numbers not bytes", kv_cache_bytes_numbers, "cache-bytes-ignored"),
     ("kv_cache_bytes", "batch ignored", kv_cache_bytes_no_batch, "cache-batch-ignored"),
     ("kv_cache_bytes", "rounded float", kv_cache_bytes_float, "whole number"),
+    (
+        "mla_absorbed_attention",
+        "rope term on head 0 only",
+        mla_rope_term_on_head_zero,
+        "mla-k-rope-head-zero-only",
+    ),
+    (
+        "mla_absorbed_attention",
+        "softmax over the queries",
+        mla_softmax_over_queries,
+        "softmax-over-queries",
+    ),
+    ("mla_absorbed_attention", "no causal mask", mla_no_causal_mask, "no-causal-mask"),
+    ("kv_cache_bytes", "int32 overflow", kv_cache_bytes_int32, "cache-integer-overflow"),
+    ("kv_cache_bytes", "bits", kv_cache_bytes_bits, "cache-counted-in-bits"),
+    (
+        "kv_cache_bytes",
+        "MLA latent twice, rope once",
+        kv_cache_bytes_mla_latent_twice,
+        "cache-mla-keys-and-values",
+    ),
+    ("kv_cache_bytes", "MLA per head", kv_cache_bytes_mla_per_head, "cache-mla-per-head"),
 ]
 
 

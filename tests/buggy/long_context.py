@@ -22,6 +22,11 @@ def _frequencies(
     factor_rule="yarn",
     linear_multiplies=False,
     ntk_plain=False,
+    ntk_exponent=None,
+    linear_last_unscaled=False,
+    high_limit=None,
+    ramp_shift=0,
+    clamp=True,
 ):
     i = torch.arange(0, head_dim, 2, dtype=torch.float64)
     inv = base ** (-i / head_dim)
@@ -29,9 +34,13 @@ def _frequencies(
         return inv, 1.0
     s = scaling["factor"]
     if scaling["type"] == "linear":
-        return (inv * s if linear_multiplies else inv / s), 1.0
+        scaled = inv * s if linear_multiplies else inv / s
+        if linear_last_unscaled:
+            scaled[-1] = inv[-1]
+        return scaled, 1.0
     if scaling["type"] == "ntk":
-        new_base = base * s if ntk_plain else base * s ** (head_dim / (head_dim - 2))
+        exponent = ntk_exponent or head_dim / (head_dim - 2)
+        new_base = base * s if ntk_plain else base * s**exponent
         return new_base ** (-i / head_dim), 1.0
     fast, slow = scaling.get("beta_fast", 32), scaling.get("beta_slow", 1)
     if betas_swapped:
@@ -46,10 +55,13 @@ def _frequencies(
         low, high = math.floor(low), math.ceil(high)
     elif rounding == "inwards":
         low, high = math.ceil(low), math.floor(high)
-    low, high = max(low, 0), min(high, head_dim - 1)
+    low, high = max(low, 0), min(high, high_limit or head_dim - 1)
     if low == high:
         high += 0.001
-    ramp = ((torch.arange(head_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    pairs = torch.arange(head_dim // 2, dtype=torch.float64) + ramp_shift
+    ramp = (pairs - low) / (high - low)
+    if clamp:
+        ramp = ramp.clamp(0, 1)
     extrapolate = ramp if ramp_reversed else 1 - ramp
     if interpolate_all:
         extrapolate = torch.zeros_like(extrapolate)
@@ -107,6 +119,31 @@ def rope_frequencies_linear_multiplies(head_dim, base=10000.0, scaling=None):
 def rope_frequencies_ntk_plain(head_dim, base=10000.0, scaling=None):
     """NTK-aware scaling with base * s instead of base * s^(d/(d-2))."""
     return _frequencies(head_dim, base, scaling, ntk_plain=True)
+
+
+def rope_frequencies_ntk_d_minus_1(head_dim, base=10000.0, scaling=None):
+    """NTK-aware scaling with base * s^(d/(d-1)) instead of s^(d/(d-2))."""
+    return _frequencies(head_dim, base, scaling, ntk_exponent=head_dim / (head_dim - 1))
+
+
+def rope_frequencies_ramp_off_by_one(head_dim, base=10000.0, scaling=None):
+    """YaRN's ramp (i + 1 - low) / (high - low): pairs counted from 1."""
+    return _frequencies(head_dim, base, scaling, ramp_shift=1)
+
+
+def rope_frequencies_ramp_not_clamped(head_dim, base=10000.0, scaling=None):
+    """YaRN's ramp (i - low) / (high - low) without the clamp to [0, 1]."""
+    return _frequencies(head_dim, base, scaling, clamp=False)
+
+
+def rope_frequencies_linear_last_pair(head_dim, base=10000.0, scaling=None):
+    """Linear scaling that leaves the last pair at its plain frequency."""
+    return _frequencies(head_dim, base, scaling, linear_last_unscaled=True)
+
+
+def rope_frequencies_high_clipped_at_half(head_dim, base=10000.0, scaling=None):
+    """YaRN's high clipped at d/2 - 1 (the last pair) instead of d - 1."""
+    return _frequencies(head_dim, base, scaling, high_limit=head_dim // 2 - 1)
 
 
 # ---------------------------------------------------------------- scaled_rope_scores
@@ -167,6 +204,12 @@ def _streaming(size, window, num_sink, device=None, *, rule="right"):
         return causal & (i - j < window)
     if rule == "window <=":
         return causal & (sink | (i - j <= window))
+    if rule == "sinks <=":
+        return causal & ((j <= num_sink) | (i - j < window))
+    if rule == "not causal":
+        return sink | (i - j < window)
+    if rule == "transposed":
+        return (causal & (sink | (i - j < window))).T
     return causal & (sink | (i - j < window))
 
 
@@ -190,13 +233,31 @@ def streaming_mask_window_too_wide(size, window, num_sink, device=None):
     return _streaming(size, window, num_sink, device, rule="window <=")
 
 
+def streaming_mask_sinks_one_too_many(size, window, num_sink, device=None):
+    """j <= num_sink: one sink too many."""
+    return _streaming(size, window, num_sink, device, rule="sinks <=")
+
+
+def streaming_mask_not_causal(size, window, num_sink, device=None):
+    """j <= i forgotten: the sinks and the window without the causal part."""
+    return _streaming(size, window, num_sink, device, rule="not causal")
+
+
+def streaming_mask_transposed(size, window, num_sink, device=None):
+    """The right mask, transposed (keys on the rows)."""
+    return _streaming(size, window, num_sink, device, rule="transposed")
+
+
 # ---------------------------------------------------------------- sink_attention
 
 
 def _sink(query, key, value, sinks, mask=None, scale=None, *, rule="right"):
-    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    if scale is None or rule == "scale ignored":
+        scale = query.shape[-1] ** -0.5
     scores = query @ key.transpose(-1, -2) * scale
-    if mask is not None:
+    if rule == "one sink":
+        sinks = sinks[0].expand(sinks.shape[0])
+    if mask is not None and rule != "mask after":
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))
         else:
@@ -217,7 +278,24 @@ def _sink(query, key, value, sinks, mask=None, scale=None, *, rule="right"):
         weights = (e / e.sum(-1, keepdim=True))[..., :S]
     else:
         weights = torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :S]
+    if rule == "mask after" and mask is not None and mask.dtype == torch.bool:
+        weights = weights.masked_fill(~mask, 0.0)
     return weights @ value, weights
+
+
+def sink_attention_one_sink(query, key, value, sinks, mask=None, scale=None):
+    """sinks[0] for every head."""
+    return _sink(query, key, value, sinks, mask, scale, rule="one sink")
+
+
+def sink_attention_scale_ignored(query, key, value, sinks, mask=None, scale=None):
+    """Always scales by 1/sqrt(Dk), even when `scale` is given."""
+    return _sink(query, key, value, sinks, mask, scale, rule="scale ignored")
+
+
+def sink_attention_mask_after_softmax(query, key, value, sinks, mask=None, scale=None):
+    """The softmax over the unmasked [scores | sink], then the masked weights zeroed."""
+    return _sink(query, key, value, sinks, mask, scale, rule="mask after")
 
 
 def reference_sink_attention(query, key, value, sinks, mask=None, scale=None):
@@ -312,6 +390,47 @@ CATALOGUE = [
     ("sink_attention", "sinks per query", sink_attention_wrong_axis, "sink-wrong-head"),
     ("sink_attention", "no max subtraction", sink_attention_no_max, "sink-no-max-subtraction"),
     ("sink_attention", "sinks detached", sink_attention_detached, "sinks"),
+    ("rope_frequencies", "ntk d/(d-1)", rope_frequencies_ntk_d_minus_1, "ntk-exponent-d-minus-1"),
+    (
+        "rope_frequencies",
+        "ramp off by one",
+        rope_frequencies_ramp_off_by_one,
+        "yarn-ramp-off-by-one",
+    ),
+    (
+        "rope_frequencies",
+        "ramp not clamped",
+        rope_frequencies_ramp_not_clamped,
+        "yarn-ramp-not-clamped",
+    ),
+    (
+        "rope_frequencies",
+        "linear last pair unscaled",
+        rope_frequencies_linear_last_pair,
+        "linear-scaling-last-pair",
+    ),
+    (
+        "rope_frequencies",
+        "high clipped at d/2 - 1",
+        rope_frequencies_high_clipped_at_half,
+        "yarn-high-clipped-at-half",
+    ),
+    (
+        "streaming_mask",
+        "one sink too many",
+        streaming_mask_sinks_one_too_many,
+        "streaming-sinks-one-too-many",
+    ),
+    ("streaming_mask", "not causal", streaming_mask_not_causal, "streaming-not-causal"),
+    ("streaming_mask", "transposed", streaming_mask_transposed, "streaming-mask-transposed"),
+    ("sink_attention", "one sink for all heads", sink_attention_one_sink, "sink-one-for-all-heads"),
+    ("sink_attention", "scale ignored", sink_attention_scale_ignored, "sink-scale-ignored"),
+    (
+        "sink_attention",
+        "mask after the softmax",
+        sink_attention_mask_after_softmax,
+        "sink-mask-after-softmax",
+    ),
 ]
 
 

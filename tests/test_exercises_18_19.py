@@ -445,6 +445,24 @@ REFERENCE_CALLS = {
         "    return sa(query, key, value, sinks, mask=mask, scale=scale)\n",
         "sink_attention",
     ),
+    ("18_latent_attention", "mla_absorbed_attention"): (
+        "def mla_absorbed_attention(q, latent, k_rope, w_ukv, d_v):\n"
+        "    import attention_course as ac\n"
+        "    B, H, T, D = q.shape\n"
+        "    S, r = latent.shape[1:]\n"
+        "    dr = k_rope.shape[-1]\n"
+        "    dn = D - dr\n"
+        "    W = w_ukv.view(H, dn + d_v, r)\n"
+        "    qa = torch.einsum('bhtn,hnr->bhtr', q[..., :dn], W[:, :dn])\n"
+        "    qr = apply_rope(q[..., dn:], torch.arange(S - T, S))\n"
+        "    keys = latent[:, None].expand(B, H, S, r)\n"
+        "    qq = torch.cat([qa, qr], -1) * (r + dr) ** 0.5 / D ** 0.5\n"
+        "    kk = torch.cat([keys, k_rope[:, None].expand(B, H, S, dr)], -1)\n"
+        "    keep = torch.ones(T, S, dtype=torch.bool).tril(S - T)\n"
+        "    mixed, _ = ac.scaled_dot_product_attention(qq, kk, keys, mask=keep)\n"
+        "    return torch.einsum('bhtr,hvr->bhtv', mixed, W[:, dn:]), qa\n",
+        "attention_course.scaled_dot_product_attention",
+    ),
     ("18_latent_attention", "kv_cache_bytes"): (
         "def kv_cache_bytes(config, tokens, batch=1):\n"
         "    from attention_course import cache_per_token\n"

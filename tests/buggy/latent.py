@@ -230,7 +230,10 @@ def kv_cache_bytes_no_batch(config, tokens, batch=1):
 
 def kv_cache_bytes_int32(config, tokens, batch=1):
     """Counts in numpy's int32 (numpy < 2's default integer on Windows): wraps around above
-    2^31 bytes."""
+    2^31 bytes. Not in CATALOGUE: which *drawn* cases exceed 2^31 depends on the run seed
+    (tests/test_seed.py wants the same verdict in every case under every seed); the two
+    fixed cases above 2^31 and 2^32 fail it under every seed, which
+    tests/test_exercises_18_19.py checks."""
     factors = [_per_layer(config), config["num_layers"], tokens, batch]
     with np.errstate(over="ignore"):
         return int(np.prod([*factors, config["bytes_per_number"]], dtype=np.int32))
@@ -323,7 +326,6 @@ CATALOGUE = [
         "softmax-over-queries",
     ),
     ("mla_absorbed_attention", "no causal mask", mla_no_causal_mask, "no-causal-mask"),
-    ("kv_cache_bytes", "int32 overflow", kv_cache_bytes_int32, "cache-integer-overflow"),
     ("kv_cache_bytes", "bits", kv_cache_bytes_bits, "cache-counted-in-bits"),
     (
         "kv_cache_bytes",

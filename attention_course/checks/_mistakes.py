@@ -297,6 +297,10 @@ MISTAKES: dict[str, str] = {
         "term q_rope_h . k_rope_j, with the same k_rope for all heads; broadcast it over "
         "the head axis, `q_rope @ k_rope[:, None].transpose(-1, -2)`"
     ),
+    "mla-q-absorbed-scaled": (
+        "q_absorbed was returned already scaled by 1/sqrt(d_nope + d_rope): return the "
+        "absorbed query itself, q_nope @ W_UK_h per head; the scale belongs to the scores"
+    ),
     # ---- the KV cache of a configuration (exercise 18)
     "cache-mla-per-head": (
         "MLA's cache was counted once per head: the latent and the rotary key are shared by "
@@ -408,6 +412,15 @@ MISTAKES: dict[str, str] = {
         "so that the lowest frequency is divided by exactly s"
     ),
     "scaling-ignored": "the scaling is ignored: the frequencies are the unscaled base^(-2i/d)",
+    "rope-base-ignored": (
+        "the `base` argument is ignored: the frequencies were computed with base 10000; "
+        "pass `base` on to rope_frequencies(Dh, base, scaling)"
+    ),
+    "rope-interleaved-layout": (
+        "the pairs are interleaved (GPT-J's layout: features 2i and 2i + 1): chapter 14's "
+        "half-split layout pairs feature i with feature i + Dh/2, `x1, x2 = x[..., :Dh//2], "
+        "x[..., Dh//2:]`"
+    ),
     "yarn-factor-applied-once": (
         "the attention factor was applied once: HF multiplies cos and sin by it, so it "
         "scales the rotated queries *and* the rotated keys, and the scores by its square"

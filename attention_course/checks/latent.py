@@ -26,11 +26,20 @@ against the package's ``MultiHeadLatentAttention``; the named mistakes are the s
 computation with one thing wrong (RoPE on the whole query, the shared rotary key rotated
 twice or not broadcast over the heads, the scale from d_nope or from the latent width,
 absorption with the wrong transpose, ``w_ukv`` read the wrong way, the causal mask or the
-positions without the cached tokens).
+positions without the cached tokens, the rotary term on head 0 only, the softmax over the
+queries, no mask or one that hides the diagonal, ``q_absorbed`` returned scaled).
+
+What is graded is the two results, nothing else: the checker cannot see *how* they were
+computed, so the naive form (per-head keys and values built from the latent) returns the
+same tensors and passes. The exercise's statement says so; nothing here pretends to detect
+it.
 
 ``kv_cache_bytes(config, tokens, batch=1) -> int``: the bytes of the KV cache of a model
 described by ``config`` (MHA, GQA, MQA or MLA) after ``tokens`` tokens; checked on
-configurations drawn from the run seed, so that no number can be looked up.
+configurations drawn from the run seed, so that no number can be looked up, and on two
+fixed ones (the same under every run seed) whose caches pass 2^31 and 2^32 bytes, so that a
+count in 32-bit integers fails in the check cell as in the grader (named: the wrong
+number differs from the right one by a multiple of 2^32).
 """
 
 from __future__ import annotations
@@ -115,9 +124,12 @@ def naive_mla(q, latent, k_rope, w_ukv, d_v, variant: str | None = None, base: f
     keep = torch.ones(T, S, dtype=torch.bool).tril(diagonal=offset)
     if variant == "no_mask":
         keep = torch.ones(T, S, dtype=torch.bool)
+    if variant == "hides_diagonal":  # j < i: the first position sees nothing (NaN zeroed)
+        keep = torch.ones(T, S, dtype=torch.bool).tril(diagonal=offset - 1)
     masked = scores.masked_fill(~keep, float("-inf"))
-    if variant == "softmax_queries":  # over the query axis; a column of -inf gives NaN
-        weights = torch.softmax(masked, dim=-2).nan_to_num()
+    if variant in ("softmax_queries", "hides_diagonal"):  # a row or column of -inf: NaN
+        dim = -2 if variant == "softmax_queries" else -1
+        weights = torch.softmax(masked, dim=dim).nan_to_num()
     else:
         weights = torch.softmax(masked, dim=-1)
     context = weights @ latent[:, None]  # (B, H, T, r)
@@ -125,6 +137,8 @@ def naive_mla(q, latent, k_rope, w_ukv, d_v, variant: str | None = None, base: f
         out = torch.einsum("bhtr,hrv->bhtv", context, W_UV)  # needs dv == r
     else:
         out = torch.einsum("bhtr,hvr->bhtv", context, W_UV)
+    if variant == "q_absorbed_scaled":
+        q_lat = q_lat * width**-0.5
     return out.to(dtype), q_lat.to(dtype)
 
 
@@ -144,6 +158,8 @@ _MLA_VARIANTS = {
     "rope_head_zero": "mla-k-rope-head-zero-only",
     "softmax_queries": "softmax-over-queries",
     "no_mask": "no-causal-mask",
+    "hides_diagonal": "causal-mask-hides-diagonal",
+    "q_absorbed_scaled": "mla-q-absorbed-scaled",
 }
 
 

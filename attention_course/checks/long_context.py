@@ -258,9 +258,24 @@ def _scores(query, key, scaling, base, variant=None):
     ac = _ref()
     T, S, Dh = query.shape[-2], key.shape[-2], query.shape[-1]
     q_pos = torch.arange(T) if variant == "queries_at_zero" else torch.arange(S - T, S)
+    if variant == "base_ignored":
+        base = 10000.0
+    if variant == "interleaved":  # GPT-J's layout: pair i is features 2i and 2i + 1
+        inv, factor = ac.rope_frequencies(Dh, base, scaling)
+
+        def rotate(x, positions):
+            angles = positions.to(torch.float64)[:, None] * inv.to(torch.float64)
+            cos, sin = angles.cos() * factor, angles.sin() * factor
+            x = x.to(torch.float64)
+            even, odd = x[..., 0::2], x[..., 1::2]
+            pairs = torch.stack([even * cos - odd * sin, odd * cos + even * sin], dim=-1)
+            return pairs.flatten(-2)
+
+        q, k = rotate(query, q_pos), rotate(key, torch.arange(S))
+        return (q @ k.transpose(-1, -2) / math.sqrt(Dh)).to(query.dtype)
     q = ac.apply_rope(query, q_pos, base, scaling=scaling)
     k = ac.apply_rope(key, torch.arange(S), base, scaling=scaling)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(Dh)
+    scores = q @ k.transpose(-1, -2) / (1.0 if variant == "no_sqrt" else math.sqrt(Dh))
     factor = ac.rope_frequencies(Dh, base, scaling)[1]
     if variant == "once":
         scores = scores / factor
@@ -273,6 +288,9 @@ _SCORE_VARIANTS = {
     "once": "yarn-factor-applied-once",
     "not_applied": "yarn-factor-not-applied",
     "queries_at_zero": "mla-queries-at-zero",
+    "base_ignored": "rope-base-ignored",
+    "interleaved": "rope-interleaved-layout",
+    "no_sqrt": "scale-missing",
 }
 
 

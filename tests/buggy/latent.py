@@ -148,6 +148,29 @@ def mla_no_causal_mask(q, latent, k_rope, w_ukv, d_v):
     return _mla(q, latent, k_rope, w_ukv, d_v, no_mask=True)
 
 
+def mla_causal_mask_hides_diagonal(q, latent, k_rope, w_ukv, d_v):
+    """The mask keeps j < S - T + t (the query's own position hidden), NaN rows zeroed."""
+    B, H, T, _ = q.shape
+    S, r = latent.shape[1], latent.shape[2]
+    d_rope = k_rope.shape[-1]
+    d_nope = q.shape[-1] - d_rope
+    W = w_ukv.view(H, d_nope + d_v, r)
+    q_absorbed = torch.einsum("bhtd,hdr->bhtr", q[..., :d_nope], W[:, :d_nope])
+    q_rope = apply_rope(q[..., d_nope:], torch.arange(S - T, S))
+    scores = q_absorbed @ latent[:, None].transpose(-1, -2)
+    scores = (scores + q_rope @ k_rope[:, None].transpose(-1, -2)) / math.sqrt(d_nope + d_rope)
+    keep = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T - 1)
+    weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1).nan_to_num()
+    out = torch.einsum("bhtr,hvr->bhtv", weights @ latent[:, None], W[:, d_nope:])
+    return out, q_absorbed
+
+
+def mla_q_absorbed_scaled(q, latent, k_rope, w_ukv, d_v):
+    """Returns q_absorbed already multiplied by 1/sqrt(d_nope + d_rope)."""
+    out, q_absorbed = _mla(q, latent, k_rope, w_ukv, d_v)
+    return out, q_absorbed / math.sqrt(q.shape[-1])
+
+
 def mla_naive_form(q, latent, k_rope, w_ukv, d_v):
     """The naive form the task asks to avoid: per-head keys (B, H, S, d_nope) and values
     (B, H, S, d_v) built from the latent. Its results are the right ones, and the checker
@@ -326,6 +349,13 @@ CATALOGUE = [
         "softmax-over-queries",
     ),
     ("mla_absorbed_attention", "no causal mask", mla_no_causal_mask, "no-causal-mask"),
+    (
+        "mla_absorbed_attention",
+        "mask hides the diagonal",
+        mla_causal_mask_hides_diagonal,
+        "causal-mask-hides-diagonal",
+    ),
+    ("mla_absorbed_attention", "q_absorbed scaled", mla_q_absorbed_scaled, "mla-q-absorbed-scaled"),
     ("kv_cache_bytes", "bits", kv_cache_bytes_bits, "cache-counted-in-bits"),
     (
         "kv_cache_bytes",

@@ -191,6 +191,31 @@ def scaled_rope_scores_queries_at_zero(query, key, scaling, base=10000.0):
     return _scores(query, key, scaling, base, from_zero=True)
 
 
+def scaled_rope_scores_base_ignored(query, key, scaling, base=10000.0):
+    """Rotates with base 10000 whatever `base` is."""
+    return reference_scaled_rope_scores(query, key, scaling)
+
+
+def scaled_rope_scores_interleaved(query, key, scaling, base=10000.0):
+    """GPT-J's interleaved pairs (2i, 2i + 1) instead of the half-split (i, i + Dh/2)."""
+    T, S, Dh = query.shape[-2], key.shape[-2], query.shape[-1]
+    inv, factor = reference_rope_frequencies(Dh, base, scaling)
+
+    def rotate(x, positions):
+        angles = positions.to(torch.float64)[:, None] * inv
+        cos, sin = (angles.cos() * factor).to(x.dtype), (angles.sin() * factor).to(x.dtype)
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack([even * cos - odd * sin, odd * cos + even * sin], -1).flatten(-2)
+
+    q, k = rotate(query, torch.arange(S - T, S)), rotate(key, torch.arange(S))
+    return q @ k.transpose(-1, -2) / math.sqrt(Dh)
+
+
+def scaled_rope_scores_unscaled(query, key, scaling, base=10000.0):
+    """The 1/sqrt(Dh) forgotten."""
+    return reference_scaled_rope_scores(query, key, scaling, base) * math.sqrt(query.shape[-1])
+
+
 # ---------------------------------------------------------------- streaming_mask
 
 
@@ -425,6 +450,14 @@ CATALOGUE = [
     ("streaming_mask", "transposed", streaming_mask_transposed, "streaming-mask-transposed"),
     ("sink_attention", "one sink for all heads", sink_attention_one_sink, "sink-one-for-all-heads"),
     ("sink_attention", "scale ignored", sink_attention_scale_ignored, "sink-scale-ignored"),
+    ("scaled_rope_scores", "base ignored", scaled_rope_scores_base_ignored, "rope-base-ignored"),
+    (
+        "scaled_rope_scores",
+        "interleaved pairs",
+        scaled_rope_scores_interleaved,
+        "rope-interleaved-layout",
+    ),
+    ("scaled_rope_scores", "no 1/sqrt(Dh)", scaled_rope_scores_unscaled, "scale-missing"),
     (
         "sink_attention",
         "mask after the softmax",

@@ -20,6 +20,7 @@ FILES = [
     "book/data/latent_study.json",
     "book/data/logit_growth_study.json",
     "book/data/modern_block.json",
+    "book/data/rope_scaling.json",
     "book/data/moe_study.json",
     "book/data/sinks_study.json",
 ]

@@ -18,7 +18,9 @@ FILES = [
     "book/data/induction_seeds.json",
     "book/data/kv_cache_generation.json",
     "book/data/latent_study.json",
+    "book/data/logit_growth_study.json",
     "book/data/modern_block.json",
+    "book/data/rope_scaling.json",
     "book/data/moe_study.json",
     "book/data/sinks_study.json",
 ]

@@ -35,7 +35,8 @@ Where each idea lives (module: chapter): ``attention`` 1-4, ``alignment`` 3, ``m
 (absolute positions), ``transformer`` and ``diagram`` 10, ``classifier`` 11, ``fused``
 (PyTorch's kernel, the one mask per forward), ``kv_cache`` and ``tiled`` 12, ``gpt``,
 ``sampling``, ``tokenizer`` and ``ngram`` 13, ``train`` 3, 10, 11 and 13,
-``relative_positions`` 14 (RoPE, ALiBi, the position pieces attention is given), ``kv``
+``relative_positions`` 14 (RoPE, ALiBi, the position pieces attention is given) and 19
+(RoPE scaling: ``rope_frequencies``), ``kv``
 15 (and the key/value layout piece), ``interpret`` 17, ``latent`` 18 (multi-head latent
 attention, the cache per token), ``sinks`` 19 (attention sinks:
 StreamingLLM's kept first tokens, gpt-oss's learned sink logit), ``stability`` 20
@@ -101,6 +102,7 @@ from .norms import RMSNorm
 from .latent import MultiHeadLatentAttention, cache_per_token
 from .linear import gated_delta_rule, linear_attention
 from .moe import MoE, active_parameters, load_balancing_loss
+from .relative_positions import rope_frequencies
 from .ring import ring_attention, ring_attention_worker, run_ring
 from .sinks import StreamingAttentionCache, sink_attention, streaming_mask
 from .stability import softcap
@@ -176,4 +178,5 @@ __all__ = [
     "ring_attention",
     "ring_attention_worker",
     "run_ring",
+    "rope_frequencies",
 ]

@@ -539,6 +539,10 @@ class GPT(nn.Module):
     (grouped keys and values) and ``window`` (sliding-window attention, with a rolling
     KV cache from :meth:`new_cache`) (chapter 15); ``norm`` "layer" and "rms", ``ffn``
     "relu", "gelu" and "swiglu" (chapter 16); ``ffn="none"`` (chapter 17);
+    ``rope_scaling`` (chapter 19, with ``pos="rope"`` only): a RoPE scaling dict (see
+    :func:`~attention_course.rope_frequencies`: linear, NTK-aware or YaRN) for every
+    layer. It adds no weights, so a model trained without it reads longer contexts with
+    it: ``GPT(**{**model.config(), "rope_scaling": {...}})`` then ``load_state_dict``;
     ``attention="mla"`` (chapter 18): every block's attention is a
     :class:`~attention_course.MultiHeadLatentAttention` with ``kv_rank`` and ``d_rope``
     (default ``D / (2H)``), which rotates its own queries and keys (so ``pos="rope"``,
@@ -599,6 +603,7 @@ class GPT(nn.Module):
         window: int | None = None,
         tie_weights: bool = True,
         rope_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        rope_scaling: dict | None = None,
         attention: str = "mha",
         kv_rank: int | None = None,
         d_rope: int | None = None,
@@ -645,6 +650,7 @@ class GPT(nn.Module):
                 "sinks": (sinks, False),
                 "qk_norm": (qk_norm, False),
                 "softcap": (softcap, None),
+                "rope_scaling": (rope_scaling, None),
             },
         )
         # The pieces every layer's attention is given (one of each, shared): the key/value
@@ -659,10 +665,19 @@ class GPT(nn.Module):
         if not isinstance(sinks, bool):
             raise ValueError(f"sinks: got {sinks!r}, expected True or False")
         _check_rope_fn(rope_fn, pos)
+        if rope_scaling is not None and pos != "rope":
+            raise ValueError(
+                f"rope_scaling: given with pos={pos!r}, expected pos='rope' (it scales RoPE)"
+            )
+        if rope_scaling is not None and rope_fn is not None:
+            raise ValueError(
+                "rope_scaling: given with rope_fn, expected one of them (rope_scaling "
+                "changes the frequencies of the built-in rotation; a rope_fn has its own)"
+            )
         attention_pos = pos if pos in ("rope", "alibi") else None  # inside attention (ch. 14)
         if attention == "mla":  # the latent attention rotates its own queries and keys
             attention_pos = None
-        attention_pieces = attention_positions(attention_pos, num_heads, rope_fn)
+        attention_pieces = attention_positions(attention_pos, num_heads, rope_fn, rope_scaling)
         _check_qk_norm_softcap(qk_norm, softcap, attention_pieces)  # chapter 20
         if final_softcap is not None:
             final_softcap = check_cap("final_softcap", final_softcap)
@@ -682,6 +697,7 @@ class GPT(nn.Module):
         self.num_kv_heads = num_kv_heads
         self.window = window
         self.rope_fn = rope_fn
+        self.rope_scaling = None if rope_scaling is None else dict(rope_scaling)
         self.attention, self.kv_rank, self.d_rope = attention, kv_rank, d_rope
         self.num_sink = num_sink
         self.sinks = sinks  # learned sink logits in every layer (chapter 19)
@@ -758,6 +774,7 @@ class GPT(nn.Module):
             "num_kv_heads": self.num_kv_heads,
             "window": self.window,
             "rope_fn": rope_fn,
+            "rope_scaling": None if self.rope_scaling is None else dict(self.rope_scaling),
             "attention": self.attention,
             "kv_rank": self.kv_rank,
             "d_rope": self.d_rope,

@@ -166,6 +166,53 @@ REQUIRED_MODES: dict[str, set[str]] = {
         "H != 4",
     },
     "ablation_effect": {"induction head", "previous-token head", "permuted", "negative change"},
+    # exercise 18: the absorbed attention step, the cache of a configuration
+    "mla_absorbed_attention": {
+        "S=T",
+        "S!=T",
+        "T=1",
+        "H=1",
+        "B>1",
+        "B=H",
+        "d_v!=d_nope",
+        "kv_rank=d_nope=d_v",
+        "dtype=float32",
+    },
+    "kv_cache_bytes": {"tokens=1"},
+    "multi_head_latent_attention": _GRAD | {"H=1", "T=1", "dtype=float32", "odd d_rope"},
+    # exercise 19: RoPE scaling and attention sinks
+    "rope_frequencies": {
+        "scaling=linear",
+        "scaling=ntk",
+        "scaling=yarn",
+        "betas",
+        "factor close to 1",
+    },
+    "scaled_rope_scores": {
+        "scaling=None",
+        "scaling=linear",
+        "scaling=ntk",
+        "scaling=yarn",
+        "S!=T",
+        "T=1",
+        "B>1",
+        "dtype=float32",
+    },
+    "streaming_mask": {"num_sink=0", "num_sink>window", "window>=size", "size=1", "device=meta"},
+    "sink_attention": _GRAD
+    | {
+        "mask=bool",
+        "mask=float",
+        "mask=fully-masked-row",
+        "large scores",
+        "T=H",
+        "H=1",
+        "T=1",
+        "B>1",
+        "S!=T",
+        "Dk!=Dv",
+        "dtype=float32",
+    },
 }
 
 EXEMPT: dict[tuple[str, str], str] = {
@@ -243,6 +290,11 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("causal_self_attention", "mask"): (
         "a prebuilt mask shared by the layers of a GPT is the package's extra; exercise 13's "
         "module builds its own causal mask"
+    ),
+    ("apply_rope", "scaling"): (
+        "RoPE scaling is chapter 19's (tested in tests/test_rope_scaling.py; exercise 19's "
+        "rope_frequencies and scaled_rope_scores grade it); exercise 14 asks for "
+        "apply_rope(x, positions=None, base=10000.0) only"
     ),
     ("causal_self_attention", "sinks"): (
         "learned sink logits are chapter 19's (tested in tests/test_sinks.py; exercise 19's "

@@ -102,6 +102,31 @@ NOT_DEGENERATE: dict[tuple[str, str], str] = {
     ("swiglu", "transposed"): "the answer is not square on its last two axes",
     ("tiled_attention_loop", "input"): "Dk != Dv: no tensor argument has the answer's shape",
     ("tiled_attention_loop", "transposed"): "the answer is not square on its last two axes",
+    # exercises 18 and 19
+    ("mla_absorbed_attention", "input"): "the answer is a tuple (output, q_absorbed)",
+    (
+        "mla_absorbed_attention",
+        "transposed",
+    ): "the answer is a tuple with non-square parts (output, q_absorbed)",
+    (
+        "multi_head_latent_attention",
+        "transposed",
+    ): "the answer is not square on its last two axes (T, D)",
+    ("kv_cache_bytes", "zeros"): "the answer is an int, not a tensor",
+    ("kv_cache_bytes", "ones"): "the answer is an int, not a tensor",
+    ("kv_cache_bytes", "input"): "the answer is an int; no argument is a tensor",
+    ("kv_cache_bytes", "transposed"): "the answer is an int, not a tensor",
+    ("rope_frequencies", "input"): "the arguments are an int, a float and a dict",
+    ("rope_frequencies", "transposed"): "the answer is a tuple (inv_freq (d/2,), factor)",
+    ("scaled_rope_scores", "input"): "no tensor argument has the answer's shape (T, S)",
+    ("scaled_rope_scores", "transposed"): "the answer is not square on its last two axes "
+    "in the cases with S != T",
+    ("streaming_mask", "input"): "the arguments are ints",
+    ("sink_attention", "input"): "the answer is a tuple (output, weights)",
+    (
+        "sink_attention",
+        "transposed",
+    ): "the answer is a tuple with a non-square part (output, weights)",
 }
 
 

@@ -94,6 +94,27 @@ CONCEPTS: dict[str, str] = {
     "ablation_effect": "Ablating a head means zeroing its output (its columns of w_o) and "
     "measuring the second-half loss again; the effect is the loss after minus the loss "
     "before, with its sign, and the weights restored afterwards.",
+    "mla_absorbed_attention": "Absorbed MLA folds each head's W_UK into its query "
+    "(q_nope @ W_UK_h, kv_rank numbers), scores it against the cached latent plus the rotated "
+    "q_rope against the shared k_rope, scales by (d_nope + d_rope)^-1/2, and applies W_UV "
+    "after the weighted sum of latents.",
+    "multi_head_latent_attention": "MLA caches a normalised low-rank latent and one shared "
+    "rotary key per token; each head's keys and values are up-projected from the latent "
+    "(naive) or W_UK is folded into the queries and W_UV applied after the weighted sum "
+    "(absorbed), with RoPE only on the d_rope parts and the scale (d_nope + d_rope)^-1/2.",
+    "kv_cache_bytes": "Per token and layer the cache holds 2 Hkv Dh numbers for MHA, GQA and "
+    "MQA (Hkv = H, the key/value heads, 1), and kv_rank + d_rope for MLA; times layers, "
+    "tokens, batch and bytes per number.",
+    "rope_frequencies": "Linear scaling divides every RoPE frequency by s, NTK-aware scaling "
+    "raises the base to base * s^(d/(d-2)), YaRN keeps the high frequencies, divides the low "
+    "ones by s and ramps linearly between floor(low) and ceil(high), with factor 0.1 ln s + 1.",
+    "scaled_rope_scores": "Scaled RoPE multiplies cos and sin by the attention factor, for "
+    "queries and keys alike, so the scores carry the factor squared; the queries sit at the "
+    "last T of the S positions.",
+    "streaming_mask": "StreamingLLM keeps the first num_sink tokens and a window: query i "
+    "sees key j when j <= i and (j < num_sink or i - j < window).",
+    "sink_attention": "A learned sink is one more logit in each row's softmax (one per head); "
+    "after the softmax its column is dropped, so the weights sum to less than 1.",
 }
 
 # Mistakes with hand-written tiers: (a regular expression on the named mistake, the

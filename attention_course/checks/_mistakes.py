@@ -238,6 +238,268 @@ MISTAKES: dict[str, str] = {
         "the output uses the weights before dropout: the heads must be averaged with the "
         "dropped-out weights"
     ),
+    # ---- multi-head latent attention, absorbed (exercise 18)
+    "mla-rope-on-whole-query": (
+        "RoPE was applied to the whole query (or the whole key): only the last d_rope "
+        "features of each head, q_rope, rotate; q_nope (the first d_nope) and the latent "
+        "part of the key carry no position, which is what lets W_UK be absorbed"
+    ),
+    "mla-k-rope-rotated-again": (
+        "the shared rotary key was rotated again: k_rope comes from the cache already "
+        "rotated (at its own position); rotate only the new queries' q_rope"
+    ),
+    "mla-k-rope-not-broadcast": (
+        "the shared rotary key was not broadcast over the heads: k_rope (B, S, d_rope) has no "
+        "head axis, so `q_rope @ k_rope.transpose(-1, -2)` pairs head h with batch element "
+        "h; add the head axis, `k_rope[:, None]` -> (B, 1, S, d_rope)"
+    ),
+    "mla-scale-from-d-nope": (
+        "the scores are scaled by 1/sqrt(d_nope): each head's query is [q_nope | q_rope], "
+        "d_nope + d_rope features, so scale by 1/sqrt(d_nope + d_rope)"
+    ),
+    "mla-scale-from-latent": (
+        "the scores are scaled by 1/sqrt(kv_rank + d_rope), the width of the absorbed dot "
+        "product: absorption changes how the score is computed, not its value; scale by "
+        "1/sqrt(d_nope + d_rope) as the naive form does"
+    ),
+    "mla-uk-transposed": (
+        "absorption with the wrong transpose: per head W_UK_h = w_ukv.view(H, d_nope + d_v, "
+        "kv_rank)[h, :d_nope] is (d_nope, kv_rank) and k_nope = latent @ W_UK_h.T, so "
+        "q_nope . k_nope = (q_nope @ W_UK_h) . latent: the absorbed query is q_nope @ W_UK_h, "
+        "not q_nope @ W_UK_h.T"
+    ),
+    "mla-uv-transposed": (
+        "W_UV applied with the wrong transpose: per head W_UV_h = w_ukv.view(H, d_nope + d_v, "
+        "kv_rank)[h, d_nope:] is (d_v, kv_rank), so the output is (weights @ latent) @ "
+        "W_UV_h.T"
+    ),
+    "mla-ukv-read-as-in-out": (
+        "w_ukv was read as (kv_rank, out): an nn.Linear weight is (out_features, in_features), "
+        "here (H * (d_nope + d_v), kv_rank); view it as (H, d_nope + d_v, kv_rank), each "
+        "head's rows [k_nope | v]"
+    ),
+    "mla-ukv-split-wrong": (
+        "w_ukv was split as [all k_nope | all v] over the heads: its rows are per head, "
+        "[k_nope_h | v_h] for h = 0 .. H - 1; view as (H, d_nope + d_v, kv_rank) first, then "
+        "split the second axis"
+    ),
+    "mla-causal-no-offset": (
+        "the causal mask ignores the cached tokens: the T new queries are the last T of the S "
+        "positions (S - T .. S - 1), so query t sees keys j <= S - T + t "
+        "(`torch.ones(T, S).tril(diagonal=S - T)`)"
+    ),
+    "mla-queries-at-zero": (
+        "the queries were rotated at positions 0 .. T - 1: they are the last T of the S "
+        "positions, S - T .. S - 1 (the S - T positions before them are earlier tokens)"
+    ),
+    "mla-k-rope-head-zero-only": (
+        "the shared rotary key's term reached one head only: every head's score has the "
+        "term q_rope_h . k_rope_j, with the same k_rope for all heads; broadcast it over "
+        "the head axis, `q_rope @ k_rope[:, None].transpose(-1, -2)`"
+    ),
+    "mla-q-absorbed-scaled": (
+        "q_absorbed was returned already scaled by 1/sqrt(d_nope + d_rope): return the "
+        "absorbed query itself, q_nope @ W_UK_h per head; the scale belongs to the scores"
+    ),
+    # ---- the KV cache of a configuration (exercise 18)
+    "cache-mla-per-head": (
+        "MLA's cache was counted once per head: the latent and the rotary key are shared by "
+        "all heads, kv_rank + d_rope numbers per token per layer (the heads' keys and values "
+        "are rebuilt from them)"
+    ),
+    "cache-counted-in-bits": (
+        "the count is in bits, not bytes: bytes_per_number is already in bytes (2 for "
+        "bfloat16), so do not multiply by 8"
+    ),
+    "cache-integer-overflow": (
+        "the count overflowed a 32-bit integer: the true number of bytes is more than "
+        "2^31, and the result wrapped around (it differs from the right one by a multiple "
+        "of 2^32); compute with Python ints (`int(...)`, plain `*`), not numpy's int32 "
+        "(`np.prod(..., dtype=np.int32)`, or numpy < 2's default integer on Windows) or "
+        "torch.int32"
+    ),
+    "cache-mla-keys-and-values": (
+        "MLA's latent was counted twice (once for keys, once for values): keys and values "
+        "are both up-projected from the same cached latent, so a token stores kv_rank + "
+        "d_rope numbers per layer"
+    ),
+    "cache-mla-no-rope-key": (
+        "MLA's shared rotary key is missing: besides the kv_rank latent a token caches its "
+        "d_rope-wide rotated key, kv_rank + d_rope numbers per layer"
+    ),
+    "cache-mla-rope-per-head": (
+        "MLA's rotary key was counted per head: one k_rope of d_rope numbers is shared by all "
+        "heads, kv_rank + d_rope per token per layer"
+    ),
+    "cache-mla-decompressed": (
+        "MLA was counted as the keys and values it decompresses to (2 H Dh per token): the "
+        "cache holds only the latent and the shared rotary key, kv_rank + d_rope"
+    ),
+    "cache-keys-only": (
+        "only the keys were counted: the cache holds keys and values, 2 numbers per head "
+        "feature (MHA 2 H Dh, GQA 2 Hkv Dh, MQA 2 Dh per token per layer)"
+    ),
+    "cache-kv-heads-ignored": (
+        "grouped or multi-query attention counted with all H query heads: only the key/value "
+        "heads are cached, 2 Hkv Dh per token per layer (Hkv = 1 for MQA)"
+    ),
+    "cache-layers-ignored": "the layers are missing: every layer keeps its own cache",
+    "cache-bytes-ignored": ("the count is in numbers, not bytes: multiply by bytes_per_number"),
+    "cache-batch-ignored": "the batch is missing: each sequence of the batch has its own cache",
+    # ---- YaRN and the other RoPE scalings (exercise 19)
+    "yarn-ramp-reversed": (
+        "the ramp runs the wrong way: YaRN keeps the high-frequency pairs (small i, many turns "
+        "over the original length) as they are and interpolates the low-frequency ones "
+        "(divides by s); the extrapolation weight is 1 - ramp(i), 1 below `low`, 0 above `high`"
+    ),
+    "yarn-no-rounding": (
+        "the correction range is not rounded: HF's `_compute_yarn_parameters` (truncate=True) "
+        "takes floor(low) and ceil(high) before the ramp"
+    ),
+    "yarn-rounding-swapped": (
+        "the correction range is rounded the wrong way: floor(low) and ceil(high) (the range "
+        "widens), not ceil(low) and floor(high)"
+    ),
+    "yarn-interpolates-high-frequencies": (
+        "every frequency was divided by the factor (position interpolation): YaRN leaves the "
+        "high frequencies (pairs below `low`) unchanged and interpolates only the low ones"
+    ),
+    "yarn-no-interpolation": (
+        "no frequency was interpolated: the pairs above `high` turn at base^(-2i/d) / s"
+    ),
+    "yarn-betas-swapped": (
+        "beta_fast and beta_slow are swapped: low comes from beta_fast (32 rotations, the "
+        "high frequencies), high from beta_slow (1 rotation)"
+    ),
+    "yarn-ramp-over-features": (
+        "the ramp was indexed by the feature 2i instead of the pair i: the correction range "
+        "counts pairs, ramp(i) = clamp((i - low) / (high - low), 0, 1) for i = 0 .. d/2 - 1"
+    ),
+    "yarn-high-clipped-at-half": (
+        "`high` was clipped at d/2 - 1 (the last pair): HF's `find_correction_range` clips "
+        "it at d - 1, so with a long original length (here ceil(i(beta_slow)) > d/2 - 1) "
+        "the ramp is still below 1 at the last pair; clip with `min(high, d - 1)`"
+    ),
+    "yarn-ramp-off-by-one": (
+        "the ramp is off by one pair: pair i's share is (i - low) / (high - low), with i "
+        "counted from 0 (`torch.arange(d // 2)`), not (i + 1 - low) / (high - low)"
+    ),
+    "yarn-ramp-not-clamped": (
+        "the ramp is not clamped: (i - low) / (high - low) is below 0 for the pairs before "
+        "`low` and above 1 after `high`; clamp it to [0, 1] (`.clamp(0, 1)`)"
+    ),
+    "yarn-attention-factor": (
+        "the attention factor is wrong: YaRN's is 0.1 ln(s) + 1 (HF's get_mscale)"
+    ),
+    "scaling-attention-factor-not-one": (
+        "linear and NTK scaling change no attention factor: return 1.0"
+    ),
+    "linear-scaling-multiplied": (
+        "linear scaling multiplies the frequencies by s: position interpolation slows every "
+        "pair down, base^(-2i/d) / s"
+    ),
+    "linear-scaling-last-pair": (
+        "linear scaling left the last pair unscaled: position interpolation divides every "
+        "pair's frequency by s, the last one (i = d/2 - 1) too"
+    ),
+    "ntk-exponent-d-minus-1": (
+        "NTK-aware scaling used the exponent d / (d - 1): the new base is base * s^(d / "
+        "(d - 2)), because the lowest frequency is base^(-(d - 2)/d) (pair i = d/2 - 1, "
+        "exponent -2i/d), and this base divides exactly it by s"
+    ),
+    "ntk-base-times-factor": (
+        "NTK-aware scaling multiplied the base by s: the new base is base * s^(d / (d - 2)), "
+        "so that the lowest frequency is divided by exactly s"
+    ),
+    "scaling-ignored": "the scaling is ignored: the frequencies are the unscaled base^(-2i/d)",
+    "rope-base-ignored": (
+        "the `base` argument is ignored: the frequencies were computed with base 10000; "
+        "pass `base` on to rope_frequencies(Dh, base, scaling)"
+    ),
+    "rope-interleaved-layout": (
+        "the pairs are interleaved (GPT-J's layout: features 2i and 2i + 1): chapter 14's "
+        "half-split layout pairs feature i with feature i + Dh/2, `x1, x2 = x[..., :Dh//2], "
+        "x[..., Dh//2:]`"
+    ),
+    "yarn-factor-applied-once": (
+        "the attention factor was applied once: HF multiplies cos and sin by it, so it "
+        "scales the rotated queries *and* the rotated keys, and the scores by its square"
+    ),
+    "yarn-factor-not-applied": (
+        "the attention factor is not applied: multiply cos and sin (the rotated queries and "
+        "keys) by it"
+    ),
+    # ---- StreamingLLM's mask (exercise 19)
+    "streaming-sinks-see-future": (
+        "the sink columns are True in every row: a query i < num_sink would see a later "
+        "sink; the mask stays causal, j <= i and (j < num_sink or i - j < window)"
+    ),
+    "streaming-sinks-ignored": (
+        "the sink tokens are missing: besides the window every query keeps the first "
+        "num_sink tokens, j < num_sink"
+    ),
+    "streaming-sinks-one-too-many": (
+        "one sink too many: the sinks are the first num_sink tokens, j < num_sink (j counts "
+        "from 0), not j <= num_sink"
+    ),
+    "streaming-not-causal": (
+        "the mask is not causal: a query sees later sinks and later tokens of its window; "
+        "keep j <= i as well, (j <= i) & ((j < num_sink) | (i - j < window))"
+    ),
+    "streaming-mask-transposed": (
+        "the mask is transposed: row i is query i, column j key j, so the True entries lie "
+        "on and below the diagonal, `mask[i, j]` for j <= i"
+    ),
+    "streaming-window-one-wide": (
+        "the window keeps one token too many: i - j < window (the token itself and the "
+        "window - 1 before it), not i - j <= window"
+    ),
+    "streaming-window-one-narrow": (
+        "the window keeps one token too few: i - j < window keeps the token itself and the "
+        "window - 1 before it"
+    ),
+    "streaming-sinks-in-window": (
+        "the sinks were counted inside the window (the window shrunk by num_sink): the "
+        "window is `window` tokens besides the sinks, i - j < window"
+    ),
+    # ---- gpt-oss's learned sinks (exercise 19)
+    "sink-one-for-all-heads": (
+        "every head got the same sink (sinks[0]): sinks (H,) holds one logit per head; "
+        "reshape it to (1, H, 1, 1) so that head h's rows get sinks[h]"
+    ),
+    "sink-scale-ignored": (
+        "the `scale` argument is ignored: when it is given, the scores are q . k * scale; "
+        "1/sqrt(Dk) is only its default (`if scale is None`)"
+    ),
+    "sink-mask-after-softmax": (
+        "the mask was applied after the softmax: masked keys still took a share of the row "
+        "(and of the sink's); fill the masked *scores* with -inf (or add a float mask) "
+        "before the softmax over [scores | sink]"
+    ),
+    "sink-share-kept": (
+        "the sink's share is kept in the weights: after the softmax over [scores | sink] drop "
+        "the sink's column and do not renormalise, so each row sums to 1 - p_sink"
+    ),
+    "sink-ignored": (
+        "the sink logit is ignored: the weights are a plain softmax over the scores (what "
+        "dropping the sink's column and renormalising also gives); the softmax runs over "
+        "the scores *and* the head's sink logit, and the rows then sum to less than 1"
+    ),
+    "sink-added-after-softmax": (
+        "the sink entered after the softmax: the sink logit is one more entry of the softmax "
+        "row (its exp joins the normaliser), not something added to or divided out of the "
+        "probabilities"
+    ),
+    "sink-no-max-subtraction": (
+        "exp overflowed: with large scores exp(score) is inf; subtract each row's maximum "
+        "over the scores and the sink logit before exp (or use torch.softmax on the row "
+        "with the sink appended)"
+    ),
+    "sink-wrong-head": (
+        "the sinks were broadcast over the wrong axis: sinks (H,) holds one logit per head; "
+        "reshape it to (1, H, 1, 1) (`sinks.view(1, -1, 1, 1)`), so that every query row of "
+        "head h gets sinks[h]"
+    ),
 }
 """Every mistake by id: its message, a ``str.format`` template where it has ``{fields}``."""
 

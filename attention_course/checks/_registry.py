@@ -22,6 +22,17 @@ from .interpret import (
     check_induction_scores,
 )
 from .kv import check_repeat_kv, check_sliding_window_mask
+from .latent import (  # exercise 18 (and the contract's module, graded by no exercise yet)
+    check_kv_cache_bytes,
+    check_mla_absorbed_attention,
+    check_multi_head_latent_attention,
+)
+from .long_context import (  # exercise 19
+    check_rope_frequencies,
+    check_scaled_rope_scores,
+    check_sink_attention,
+    check_streaming_mask,
+)
 from .masking import check_causal_mask, check_padding_mask
 from .modern import check_rms_norm, check_swiglu  # chapter 16
 from .multihead import check_merge_heads, check_multi_head_attention, check_split_heads
@@ -64,6 +75,15 @@ _BY_EXERCISE: dict[str | None, tuple[Callable, ...]] = {
         check_induction_scores,
         check_find_induction_head,
         check_ablation_effect,
+    ),
+    "18_latent_attention": (check_mla_absorbed_attention, check_kv_cache_bytes),
+    # the contract's MultiHeadLatentAttention class: no exercise asks for the whole module
+    None: (check_multi_head_latent_attention,),
+    "19_longer_than_trained": (
+        check_rope_frequencies,
+        check_scaled_rope_scores,
+        check_streaming_mask,
+        check_sink_attention,
     ),
 }
 

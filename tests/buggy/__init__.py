@@ -19,6 +19,8 @@ from . import (
     gpt,
     interpret,
     kv,
+    latent,
+    long_context,
     masking,
     modern,
     multihead,
@@ -72,6 +74,17 @@ REFERENCES = {
     "generate": generation.reference_generate,
     "alibi_bias": alibi.reference_alibi_bias,
     "rolling_update": rolling_cache.reference_rolling_update,
+    # exercise 18: the absorbed attention step and the cache of a configuration (the package
+    # has them inside MultiHeadLatentAttention and as cache_per_token)
+    "mla_absorbed_attention": latent.reference_mla_absorbed_attention,
+    "kv_cache_bytes": latent.reference_kv_cache_bytes,
+    # the contract's module (no exercise asks for it yet)
+    "multi_head_latent_attention": ac.MultiHeadLatentAttention,
+    # exercise 19
+    "rope_frequencies": ac.rope_frequencies,
+    "scaled_rope_scores": long_context.reference_scaled_rope_scores,
+    "streaming_mask": ac.streaming_mask,
+    "sink_attention": ac.sink_attention,
 }
 
 CATALOGUE = [
@@ -91,6 +104,8 @@ CATALOGUE = [
     *generation.CATALOGUE,  # exercise 13
     *alibi.CATALOGUE,  # exercise 14
     *rolling_cache.CATALOGUE,  # exercise 15
+    *latent.CATALOGUE,  # exercise 18
+    *long_context.CATALOGUE,  # exercise 19
 ]
 
 

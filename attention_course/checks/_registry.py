@@ -22,8 +22,10 @@ from .interpret import (
     check_induction_scores,
 )
 from .kv import check_repeat_kv, check_sliding_window_mask
+from .logit_range import check_qk_norm_attention, check_softcap_attention  # exercise 20
 from .masking import check_causal_mask, check_padding_mask
 from .modern import check_rms_norm, check_swiglu  # chapter 16
+from .moe import check_load_balancing_loss, check_moe  # exercise 21
 from .multihead import check_merge_heads, check_multi_head_attention, check_split_heads
 from .norms import check_batch_norm, check_layer_norm
 from .positional import check_sinusoidal_positional_encoding
@@ -65,6 +67,8 @@ _BY_EXERCISE: dict[str | None, tuple[Callable, ...]] = {
         check_find_induction_head,
         check_ablation_effect,
     ),
+    "20_logits_in_range": (check_qk_norm_attention, check_softcap_attention),
+    "21_mixture_of_experts": (check_moe, check_load_balancing_loss),
 }
 
 REGISTRY: tuple[Checker, ...] = tuple(

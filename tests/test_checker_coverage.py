@@ -166,6 +166,13 @@ REQUIRED_MODES: dict[str, set[str]] = {
         "H != 4",
     },
     "ablation_effect": {"induction head", "previous-token head", "permuted", "negative change"},
+    # exercise 20
+    "qk_norm_attention": _GRAD | {"H=1", "H>1", "B=1", "B>1", "T=1", "dtype=float32"},
+    "softcap_attention": _GRAD
+    | {"H=1", "H>1", "B=1", "B>1", "T=1", "dtype=float32", "large scores"},
+    # exercise 21
+    "moe": _GRAD | {"mode=train", "mode=eval", "top_k=1", "top_k=E", "T=1", "B=1", "dtype=float32"},
+    "load_balancing_loss": _GRAD | {"top_k=1", "top_k=E", "N=1", "skewed", "dtype=float32"},
 }
 
 EXEMPT: dict[tuple[str, str], str] = {

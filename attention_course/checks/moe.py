@@ -145,7 +145,9 @@ def _moe_case(
             mistakes = _moe_mistakes(reference, x)
         expect_close(out, want_out.detach(), "the output `out`", mistakes=mistakes)
         if isinstance(logits, torch.Tensor) and logits.dim() == 3:
-            raise CaseFailed(says("moe-router-logits-not-flattened"))
+            raise CaseFailed(
+                says("moe-router-logits-not-flattened"), mistake="moe-router-logits-not-flattened"
+            )
         with torch.no_grad():
             probabilities = [
                 (says("moe-router-probabilities-returned"), lambda: want_logits.softmax(-1))
@@ -158,7 +160,9 @@ def _moe_case(
             if isinstance(weight, torch.Tensor) and (
                 weight.grad is None or not bool(weight.grad.abs().sum() > 0)
             ):
-                raise CaseFailed(says("moe-router-gets-no-gradient"))
+                raise CaseFailed(
+                    says("moe-router-gets-no-gradient"), mistake="moe-router-gets-no-gradient"
+                )
             compare_param_grads(pair.student, reference, "MoE")
             expect_grad(pair.mine[0].grad, pair.theirs[0].grad, "`x`")
 
@@ -339,10 +343,14 @@ def _balance_case(
         if grad:
             want.backward()
             if not got.requires_grad:
-                raise CaseFailed(says("balance-gets-no-gradient"))
+                raise CaseFailed(
+                    says("balance-gets-no-gradient"), mistake="balance-gets-no-gradient"
+                )
             call_student(got.backward, what="backpropagating through your loss")
             if mine.grad is None or not bool(mine.grad.abs().sum() > 0):
-                raise CaseFailed(says("balance-gets-no-gradient"))
+                raise CaseFailed(
+                    says("balance-gets-no-gradient"), mistake="balance-gets-no-gradient"
+                )
             expect_grad(mine.grad, theirs.grad, "`router_logits`")
 
     return run

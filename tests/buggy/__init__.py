@@ -19,8 +19,10 @@ from . import (
     gpt,
     interpret,
     kv,
+    logit_range,
     masking,
     modern,
+    moe,
     multihead,
     norms,
     relative_positions,
@@ -72,6 +74,12 @@ REFERENCES = {
     "generate": generation.reference_generate,
     "alibi_bias": alibi.reference_alibi_bias,
     "rolling_update": rolling_cache.reference_rolling_update,
+    # exercise 20: attention steps the package has inside CausalSelfAttention
+    "qk_norm_attention": logit_range.qk_norm_reference,
+    "softcap_attention": logit_range.softcap_reference,
+    # exercise 21
+    "moe": ac.MoE,
+    "load_balancing_loss": ac.load_balancing_loss,
 }
 
 CATALOGUE = [
@@ -91,6 +99,8 @@ CATALOGUE = [
     *generation.CATALOGUE,  # exercise 13
     *alibi.CATALOGUE,  # exercise 14
     *rolling_cache.CATALOGUE,  # exercise 15
+    *logit_range.CATALOGUE,  # exercise 20
+    *moe.CATALOGUE,  # exercise 21
 ]
 
 

@@ -1,0 +1,136 @@
+"""Buggy QK-norm and soft-capped attention (exercise 20): ``qk_norm_attention(q, k, v,
+q_weight, k_weight, eps=1e-6)`` and ``softcap_attention(q, k, v, cap)``, q, k, v
+``(B, H, T, Dh)``."""
+
+import math
+
+import torch
+
+from attention_course import apply_rope
+from attention_course.checks.logit_range import qk_norm_reference, softcap_reference
+
+__all__ = ["qk_norm_reference", "softcap_reference"]
+
+
+def _rms(x, w, eps, dims=(-1,)):
+    return x * torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + eps) * w
+
+
+def _attend(q, k, v, scale=True):
+    T = q.shape[-2]
+    scores = q @ k.transpose(-2, -1)
+    if scale:
+        scores = scores / math.sqrt(q.shape[-1])
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    return scores.masked_fill(future, float("-inf")).softmax(-1) @ v
+
+
+def qk_norm_after_rope(q, k, v, q_weight, k_weight, eps=1e-6):
+    """RoPE first, then the norms (the gain then multiplies rotated features)."""
+    return _attend(_rms(apply_rope(q), q_weight, eps), _rms(apply_rope(k), k_weight, eps), v)
+
+
+def qk_norm_whole_projection(q, k, v, q_weight, k_weight, eps=1e-6):
+    """OLMo 2's placement: the root mean square over every head of a token together."""
+    q = apply_rope(_rms(q, q_weight, eps, dims=(1, 3)))
+    k = apply_rope(_rms(k, k_weight, eps, dims=(1, 3)))
+    return _attend(q, k, v)
+
+
+def qk_norm_one_gain(q, k, v, q_weight, k_weight, eps=1e-6):
+    """One norm for both: the keys are normalised with q_weight."""
+    return _attend(apply_rope(_rms(q, q_weight, eps)), apply_rope(_rms(k, q_weight, eps)), v)
+
+
+def qk_norm_values_too(q, k, v, q_weight, k_weight, eps=1e-6):
+    """The values are normalised as well (with k's gain)."""
+    q, k = apply_rope(_rms(q, q_weight, eps)), apply_rope(_rms(k, k_weight, eps))
+    return _attend(q, k, _rms(v, k_weight, eps))
+
+
+def qk_norm_no_scale(q, k, v, q_weight, k_weight, eps=1e-6):
+    """The 1/sqrt(Dh) scale dropped, "since the norm bounds the scores"."""
+    q, k = apply_rope(_rms(q, q_weight, eps)), apply_rope(_rms(k, k_weight, eps))
+    return _attend(q, k, v, scale=False)
+
+
+def qk_norm_queries_only(q, k, v, q_weight, k_weight, eps=1e-6):
+    """Only the queries are normalised."""
+    return _attend(apply_rope(_rms(q, q_weight, eps)), apply_rope(k), v)
+
+
+def qk_norm_eps_ignored(q, k, v, q_weight, k_weight, eps=1e-6):
+    """eps fixed at 1e-6 whatever is given (the eps=0.1 case fails, with no name)."""
+    return qk_norm_reference(q, k, v, q_weight, k_weight, 1e-6)
+
+
+def softcap_after_mask(q, k, v, cap):
+    """The mask first (-inf), then the cap: masked keys come back with score -cap."""
+    T = q.shape[-2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return (cap * torch.tanh(scores / cap)).softmax(-1) @ v
+
+
+def softcap_on_probabilities(q, k, v, cap):
+    """The cap applied to the softmax's output."""
+    T = q.shape[-2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return cap * torch.tanh(scores.softmax(-1) / cap) @ v
+
+
+def softcap_before_scale(q, k, v, cap):
+    """cap * tanh(q k^T / cap), then the 1/sqrt(Dh) scale."""
+    T = q.shape[-2]
+    scores = cap * torch.tanh(q @ k.transpose(-2, -1) / cap) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+def softcap_clamp(q, k, v, cap):
+    """Hard clipping, scores.clamp(-cap, cap), for the smooth cap."""
+    T = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).clamp(-cap, cap)
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+def softcap_tanh_only(q, k, v, cap):
+    """tanh(s / cap), the factor cap forgotten."""
+    T = q.shape[-2]
+    scores = torch.tanh(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) / cap)
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+def softcap_ignored(q, k, v, cap):
+    """Plain causal attention: the cap is never applied."""
+    return _attend(q, k, v)
+
+
+CATALOGUE = [
+    ("qk_norm_attention", "norm after RoPE", qk_norm_after_rope, "qk-norm-after-rope"),
+    (
+        "qk_norm_attention",
+        "norm over the whole projection",
+        qk_norm_whole_projection,
+        "qk-norm-over-whole-projection",
+    ),
+    ("qk_norm_attention", "one gain for q and k", qk_norm_one_gain, "qk-norm-one-norm-for-q-and-k"),
+    ("qk_norm_attention", "values normalised", qk_norm_values_too, "qk-norm-on-values"),
+    ("qk_norm_attention", "scale dropped", qk_norm_no_scale, "qk-norm-scale-dropped"),
+    ("qk_norm_attention", "queries only", qk_norm_queries_only, "qk-norm-queries-only"),
+    ("qk_norm_attention", "eps ignored", qk_norm_eps_ignored, None),
+    ("softcap_attention", "cap after the mask", softcap_after_mask, "softcap-after-mask"),
+    (
+        "softcap_attention",
+        "cap on the probabilities",
+        softcap_on_probabilities,
+        "softcap-on-probabilities",
+    ),
+    ("softcap_attention", "cap before the scale", softcap_before_scale, "softcap-before-scale"),
+    ("softcap_attention", "clamp", softcap_clamp, "softcap-clamped"),
+    ("softcap_attention", "tanh without the cap", softcap_tanh_only, "softcap-factor-missing"),
+    ("softcap_attention", "cap ignored", softcap_ignored, "softcap-ignored"),
+]

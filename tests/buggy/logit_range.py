@@ -109,6 +109,62 @@ def softcap_ignored(q, k, v, cap):
     return _attend(q, k, v)
 
 
+def qk_norm_missing(q, k, v, q_weight, k_weight, eps=1e-6):
+    """No norm at all: RoPE and attention only."""
+    return _attend(apply_rope(q), apply_rope(k), v)
+
+
+def qk_norm_keys_only(q, k, v, q_weight, k_weight, eps=1e-6):
+    """Only the keys are normalised."""
+    return _attend(apply_rope(q), apply_rope(_rms(k, k_weight, eps)), v)
+
+
+def qk_norm_over_tokens(q, k, v, q_weight, k_weight, eps=1e-6):
+    """The mean square over the positions (dim=-2) instead of the features."""
+    return _attend(
+        apply_rope(_rms(q, q_weight, eps, dims=(-2,))),
+        apply_rope(_rms(k, k_weight, eps, dims=(-2,))),
+        v,
+    )
+
+
+def qk_norm_layer_norm(q, k, v, q_weight, k_weight, eps=1e-6):
+    """LayerNorm's centring: the mean subtracted before the root mean square."""
+
+    def centred(x, w):
+        return _rms(x - x.mean(-1, keepdim=True), w, eps)
+
+    return _attend(apply_rope(centred(q, q_weight)), apply_rope(centred(k, k_weight)), v)
+
+
+def qk_norm_no_rope(q, k, v, q_weight, k_weight, eps=1e-6):
+    """The norms, but RoPE forgotten."""
+    return _attend(_rms(q, q_weight, eps), _rms(k, k_weight, eps), v)
+
+
+def qk_norm_rope_on_values(q, k, v, q_weight, k_weight, eps=1e-6):
+    """RoPE applied to the values too."""
+    q, k = apply_rope(_rms(q, q_weight, eps)), apply_rope(_rms(k, k_weight, eps))
+    return _attend(q, k, apply_rope(v))
+
+
+def _capped(q, k, v, cap, transform):
+    T = q.shape[-2]
+    scores = transform(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+def softcap_tanh_not_divided(q, k, v, cap):
+    """cap * tanh(s): the division by the cap inside the tanh forgotten."""
+    return _capped(q, k, v, cap, lambda s: cap * torch.tanh(s))
+
+
+def softcap_output(q, k, v, cap):
+    """The cap applied to the attention's output instead of its scores."""
+    return cap * torch.tanh(_attend(q, k, v) / cap)
+
+
 CATALOGUE = [
     ("qk_norm_attention", "norm after RoPE", qk_norm_after_rope, "qk-norm-after-rope"),
     (
@@ -133,4 +189,12 @@ CATALOGUE = [
     ("softcap_attention", "clamp", softcap_clamp, "softcap-clamped"),
     ("softcap_attention", "tanh without the cap", softcap_tanh_only, "softcap-factor-missing"),
     ("softcap_attention", "cap ignored", softcap_ignored, "softcap-ignored"),
+    ("softcap_attention", "cap * tanh(s)", softcap_tanh_not_divided, "softcap-divide-missing"),
+    ("softcap_attention", "cap on the output", softcap_output, "softcap-on-output"),
+    ("qk_norm_attention", "no norm", qk_norm_missing, "qk-norm-missing"),
+    ("qk_norm_attention", "keys only", qk_norm_keys_only, "qk-norm-keys-only"),
+    ("qk_norm_attention", "norm over the positions", qk_norm_over_tokens, "qk-norm-over-tokens"),
+    ("qk_norm_attention", "LayerNorm", qk_norm_layer_norm, "qk-norm-mean-subtracted"),
+    ("qk_norm_attention", "no RoPE", qk_norm_no_rope, "rope-missing"),
+    ("qk_norm_attention", "RoPE on the values", qk_norm_rope_on_values, "rope-on-values"),
 ]

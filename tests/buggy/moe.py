@@ -130,6 +130,46 @@ class MoELogitsNotFlattened(_MoEBase):
         return out, logits.reshape(x.shape[0], x.shape[1], -1)
 
 
+class MoELogitsAsWeights(_MoEBase):
+    """No softmax: the top-k router logits, renormalised, weight the experts."""
+
+    def weights(self, logits):
+        w, idx = logits.topk(self.top_k, dim=-1)
+        return torch.zeros_like(logits).scatter(-1, idx, w / w.sum(-1, keepdim=True))
+
+
+class MoEUniform(_MoEBase):
+    """The k chosen experts averaged with weight 1/k each."""
+
+    def weights(self, logits):
+        idx = logits.topk(self.top_k, dim=-1).indices
+        return torch.zeros_like(logits).scatter(-1, idx, 1.0 / self.top_k)
+
+
+class MoEUnweighted(_MoEBase):
+    """The k chosen experts' outputs summed without weights."""
+
+    def weights(self, logits):
+        idx = logits.topk(self.top_k, dim=-1).indices
+        return torch.zeros_like(logits).scatter(-1, idx, 1.0)
+
+
+class MoESharedGated(_MoEBase):
+    """The shared output multiplied by the token's top-k probability mass."""
+
+    def forward(self, x):
+        B, T, D = x.shape
+        tokens = x.reshape(B * T, D)
+        logits = self.router(tokens)
+        w = self.weights(logits)
+        every = torch.stack([e(tokens) for e in self.experts], dim=1)
+        out = (w[..., None] * every).sum(1)
+        if self.shared is not None:
+            mass = logits.softmax(-1).topk(self.top_k, dim=-1).values.sum(-1, keepdim=True)
+            out = out + mass * self.shared(tokens)
+        return out.reshape(B, T, D), logits
+
+
 def reference_balance_softmax_over_top_k(router_logits, num_experts, top_k):
     """Not a mistake: the package's formula written another way (accepted)."""
     probs = router_logits.softmax(-1)
@@ -194,6 +234,20 @@ def balance_logits(router_logits, num_experts, top_k):
     return num_experts * (f * router_logits.mean(0)).sum()
 
 
+def balance_over_experts(router_logits, num_experts, top_k):
+    """f and P averaged over the experts (dim=-1), one number per token."""
+    probs = router_logits.softmax(-1)
+    idx = probs.topk(top_k, -1).indices
+    picked = F.one_hot(idx, num_experts).sum(1).to(probs.dtype)
+    return num_experts * (picked.mean(-1) * probs.mean(-1)).sum()
+
+
+def balance_f_squared(router_logits, num_experts, top_k):
+    """f used for P too: E * sum f^2 (no gradient either)."""
+    f, _, _, _ = _f_and_p(router_logits, num_experts, top_k)
+    return num_experts * (f * f).sum()
+
+
 CATALOGUE = [
     ("moe", "not renormalised", MoENotRenormalised, "moe-weights-not-renormalised"),
     ("moe", "routing per sequence", MoEPerSequence, "moe-routing-per-sequence"),
@@ -217,4 +271,15 @@ CATALOGUE = [
     ("load_balancing_loss", "P for f", balance_p_squared, "balance-p-for-f"),
     ("load_balancing_loss", "detached", balance_detached, "balance-gets-no-gradient"),
     ("load_balancing_loss", "logits for P", balance_logits, "balance-logits-not-probabilities"),
+    (
+        "load_balancing_loss",
+        "means over experts",
+        balance_over_experts,
+        "balance-mean-over-experts",
+    ),
+    ("load_balancing_loss", "f for P", balance_f_squared, "balance-f-for-p"),
+    ("moe", "no softmax", MoELogitsAsWeights, "moe-no-router-softmax"),
+    ("moe", "uniform 1/k", MoEUniform, "moe-uniform-expert-weights"),
+    ("moe", "unweighted sum", MoEUnweighted, "moe-expert-outputs-unweighted"),
+    ("moe", "shared gated", MoESharedGated, "moe-shared-weighted"),
 ]

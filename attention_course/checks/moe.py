@@ -133,9 +133,15 @@ def _moe_case(
             reference.to(dtype)
 
         def clear(x):
+            """No tie at the k-th place, and (where the choice matters) a softmax over the
+            tokens would choose other experts for some token: under every run seed."""
             with torch.no_grad():
-                probs = reference.router(x.reshape(B * T, D)).softmax(dim=-1)
-            return _clear_choice(probs, k)
+                logits = reference.router(x.reshape(B * T, D))
+                probs = logits.softmax(dim=-1)
+                chosen = probs.topk(k, dim=-1).indices.sort(dim=-1).values
+                over_tokens = logits.softmax(dim=0).topk(k, dim=-1).indices.sort(dim=-1).values
+            shows = k == probs.shape[-1] or B * T == 1 or not torch.equal(chosen, over_tokens)
+            return _clear_choice(probs, k) and shows
 
         x = draw_until(lambda name: randn(B, T, D, seed=name, dtype=dtype), clear, seed)
         got, expected = pair.call(x, what="moe(x)", arg_names=("x",), grad=grad)

@@ -273,6 +273,13 @@ MISTAKES: dict[str, str] = {
         "the mean is subtracted (LayerNorm): RMSNorm divides by the root mean square without "
         "centring"
     ),
+    "qk-norm-eps-outside-root": (
+        "eps is outside the square root: x / sqrt(mean(x²) + eps), not x / (sqrt(mean(x²)) + eps)"
+    ),
+    "qk-norm-eps-ignored": (
+        "the `eps` argument is ignored (the case gives eps=0.1): use the eps passed in, "
+        "inside the square root"
+    ),
     "qk-norm-scale-dropped": (
         "the 1/sqrt(Dh) scale is dropped: QK-norm bounds the size of q and k, but the scores "
         "are still divided by sqrt(Dh) (Qwen3 keeps `scaling = head_dim ** -0.5`)"

@@ -26,9 +26,13 @@ _DTYPE_HINT = (
 )
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float, dims=(-1,), centre=False):
+def _rms(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, dims=(-1,), centre=False, outside=False
+):
     if centre:
         x = x - x.mean(dim=dims, keepdim=True)
+    if outside:  # a mistake: eps added after the square root
+        return x / (x.pow(2).mean(dim=dims, keepdim=True).sqrt() + eps) * weight
     return x * torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + eps) * weight
 
 
@@ -89,7 +93,14 @@ def _qk_norm_variant(q, k, v, qw, kw, eps, **mistake):
             return _rms(x, w, eps, dims=(-3, -1))
         if mistake.get("norm") == "tokens":
             return _rms(x, w, eps, dims=(-2,))
-        return _rms(x, w, eps, centre=mistake.get("norm") == "centre")
+        norm_eps = mistake.get("norm_eps", eps)
+        return _rms(
+            x,
+            w,
+            norm_eps,
+            centre=mistake.get("norm") == "centre",
+            outside=mistake.get("norm") == "eps outside",
+        )
 
     rope = (lambda x: x) if mistake.get("rope") == "none" else apply_rope
     gain_q = kw if mistake.get("gains") == "k" else qw
@@ -113,7 +124,12 @@ def _qk_norm_mistakes(q, k, v, qw, kw, eps):
     def variant(**mistake):
         return lambda: _qk_norm_variant(q, k, v, qw, kw, eps, **mistake)
 
-    return [
+    ignored = [
+        (says("qk-norm-eps-ignored"), variant(norm_eps=fixed))
+        for fixed in (1e-6, 1e-5, 0.0)
+        if fixed != eps
+    ]
+    return ignored + [
         (says("qk-norm-after-rope"), variant(after_rope=True)),
         (says("qk-norm-over-whole-projection"), variant(norm="whole")),
         (says("qk-norm-one-norm-for-q-and-k"), variant(gains="q")),
@@ -124,6 +140,7 @@ def _qk_norm_mistakes(q, k, v, qw, kw, eps):
         (says("qk-norm-on-values"), variant(values="norm")),
         (says("qk-norm-over-tokens"), variant(norm="tokens")),
         (says("qk-norm-mean-subtracted"), variant(norm="centre")),
+        (says("qk-norm-eps-outside-root"), variant(norm="eps outside")),
         (says("qk-norm-scale-dropped"), variant(unscaled=True)),
         (says("rope-missing"), variant(rope="none")),
         (says("rope-on-values"), variant(values="rope")),

@@ -60,8 +60,17 @@ def qk_norm_queries_only(q, k, v, q_weight, k_weight, eps=1e-6):
 
 
 def qk_norm_eps_ignored(q, k, v, q_weight, k_weight, eps=1e-6):
-    """eps fixed at 1e-6 whatever is given (the eps=0.1 case fails, with no name)."""
+    """eps fixed at 1e-6 whatever is given (the eps=0.1 case shows it)."""
     return qk_norm_reference(q, k, v, q_weight, k_weight, 1e-6)
+
+
+def qk_norm_eps_outside(q, k, v, q_weight, k_weight, eps=1e-6):
+    """eps added after the square root: x / (sqrt(mean(x²)) + eps)."""
+
+    def norm(x, w):
+        return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * w
+
+    return _attend(apply_rope(norm(q, q_weight)), apply_rope(norm(k, k_weight)), v)
 
 
 def softcap_after_mask(q, k, v, cap):
@@ -177,7 +186,8 @@ CATALOGUE = [
     ("qk_norm_attention", "values normalised", qk_norm_values_too, "qk-norm-on-values"),
     ("qk_norm_attention", "scale dropped", qk_norm_no_scale, "qk-norm-scale-dropped"),
     ("qk_norm_attention", "queries only", qk_norm_queries_only, "qk-norm-queries-only"),
-    ("qk_norm_attention", "eps ignored", qk_norm_eps_ignored, None),
+    ("qk_norm_attention", "eps ignored", qk_norm_eps_ignored, "qk-norm-eps-ignored"),
+    ("qk_norm_attention", "eps outside the root", qk_norm_eps_outside, "qk-norm-eps-outside-root"),
     ("softcap_attention", "cap after the mask", softcap_after_mask, "softcap-after-mask"),
     (
         "softcap_attention",

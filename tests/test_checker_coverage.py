@@ -171,7 +171,8 @@ REQUIRED_MODES: dict[str, set[str]] = {
     "softcap_attention": _GRAD
     | {"H=1", "H>1", "B=1", "B>1", "T=1", "dtype=float32", "large scores"},
     # exercise 21
-    "moe": _GRAD | {"mode=train", "mode=eval", "top_k=1", "top_k=E", "T=1", "B=1", "dtype=float32"},
+    "moe": _GRAD
+    | {"mode=train", "mode=eval", "top_k=1", "top_k=E", "T=1", "B=1", "B=T=1", "dtype=float32"},
     "load_balancing_loss": _GRAD | {"top_k=1", "top_k=E", "N=1", "skewed", "dtype=float32"},
 }
 

@@ -221,3 +221,123 @@ def test_capped_weights_answer_is_the_limit_of_capped_softmax():
         "20.capped_weights", lambda: (1 / (1 + 7 * math.exp(-5)), 1 / (1 + 7 * math.exp(5)))
     )
     assert not half_gap.passed and "2 * cap = 10" in str(half_gap)
+
+
+# ---------------------------------------------------------------- the simulated student's findings
+
+
+def _first_failure(report):
+    return next(r for r in report.results if not r.passed)
+
+
+def test_one_token_is_a_case_of_check_moe():
+    """W1: a layer that breaks only when N = B*T = 1 (every decoding step at batch 1)
+    fails the (1, 1, D) case, the only one it fails."""
+    report = check_moe(moe.MoESqueezed)
+    failed = [r.name for r in report.results if not r.passed]
+    assert failed and all("B=T=1" in name for name in failed), str(report)
+
+
+def test_a_largest_weight_of_one_is_not_the_capped_limit():
+    """W2: 1 is within 0.1 % of 0.99968 but is the uncapped answer: the largest is compared
+    by its distance from 1, and a weight of 1 is refused by name."""
+    largest, smallest = decode("20.capped_weights", QUESTIONS["20.capped_weights"].answer)
+    uncapped = check_quiz("20.capped_weights", lambda: (1.0, smallest))
+    assert not uncapped.passed and "strictly between" in str(uncapped), str(uncapped)
+    rounded = check_quiz("20.capped_weights", lambda: (round(largest, 5), smallest))
+    assert not rounded.passed, str(rounded)  # 1 - 0.99968 is 0.5 % off 1 - largest
+    assert check_quiz("20.capped_weights", lambda: (largest, smallest * 1.0009)).passed
+    assert check_quiz("20.capped_weights", lambda: np.array([largest, smallest])).passed
+
+
+@pytest.mark.parametrize(
+    "check, wrong",
+    [
+        (check_qk_norm_attention, logit_range.qk_norm_float32_round_trip),
+        (check_moe, moe.MoEFloat32Router),
+        (check_load_balancing_loss, moe.balance_float32_mask),
+    ],
+    ids=["Qwen3's RMSNorm in float32", "Mixtral's float32 softmax", "one_hot(...).float()"],
+)
+def test_a_float32_round_trip_fails_and_its_message_leads_with_the_rule(check, wrong):
+    """W3: the course is float64-strict (`_compare.TOLERANCES`); the statements say "keep
+    float64: no float32 round trip", and the first failing case's hint begins with it."""
+    report = check(wrong)
+    assert not report.passed
+    message = _first_failure(report).message
+    assert "\nHint: keep float64: no float32 round trip." in message, message
+
+
+def test_the_statements_say_keep_float64():
+    import nbformat
+
+    root = os.path.join(os.path.dirname(__file__), "..", "exercises")
+    for name, tasks in [("20_logits_in_range.ipynb", 2), ("21_mixture_of_experts.ipynb", 2)]:
+        for folder in (root, os.path.join(root, "solutions")):
+            text = "\n".join(c.source for c in nbformat.read(os.path.join(folder, name), 4).cells)
+            assert text.count("Keep float64: no float32 round trip") == tasks, name
+
+
+@pytest.mark.parametrize(
+    "check, wrong, mistake",
+    [
+        (check_qk_norm_attention, logit_range.qk_norm_eps_outside, "qk-norm-eps-outside-root"),
+        (check_moe, moe.MoEPerSequenceMeanToken, "moe-routing-per-sequence"),
+        (check_moe, moe.MoEPerSequence, "moe-routing-per-sequence"),
+        (check_moe, moe.MoETopKOverTokensPerToken, "moe-top-k-over-tokens"),
+        (check_moe, moe.MoETopKOverTokens, "moe-top-k-over-tokens"),
+        (check_moe, moe.MoESharedTopWeight, "moe-shared-weighted"),
+        (
+            check_load_balancing_loss,
+            moe.balance_p_renormalised_top_k,
+            "balance-p-from-renormalised-top-k",
+        ),
+        (check_load_balancing_loss, moe.balance_sums, "balance-sums-for-means"),
+        (
+            check_qk_norm_attention,
+            logit_range.qk_norm_scale_one_over_dh,
+            "qk-norm-scale-one-over-dh",
+        ),
+        (
+            check_qk_norm_attention,
+            logit_range.qk_norm_mask_hides_diagonal,
+            "causal-mask-hides-diagonal",
+        ),
+        (check_qk_norm_attention, logit_range.qk_norm_mask_sees_next, "causal-mask-sees-next"),
+        (check_qk_norm_attention, logit_range.qk_norm_mask_transposed, "causal-mask-inverted"),
+        (
+            check_softcap_attention,
+            logit_range.softcap_mask_hides_diagonal,
+            "causal-mask-hides-diagonal",
+        ),
+        (check_softcap_attention, logit_range.softcap_mask_sees_next, "causal-mask-sees-next"),
+        (check_softcap_attention, logit_range.softcap_mask_transposed, "causal-mask-inverted"),
+    ],
+)
+def test_the_first_failing_case_names_the_mistake(check, wrong, mistake):
+    """The report says "fix the first ✗ case": that case names the mistake (an eps outside
+    the square root is first named, by the eps=0.1 case, not blamed on float32)."""
+    first = _first_failure(check(wrong))
+    assert first.mistake == mistake, first.message
+
+
+def test_moe_parameters_names_active_without_shared_rounding_and_takes_arrays():
+    def active_without_shared(D, F, E, k, S):
+        total, _ = moe_parameters_reference(D, F, E, k, S)
+        return total, 3 * D * F * k + D * E
+
+    report = check_quiz("21.moe_parameters", active_without_shared)
+    assert not report.passed and "counted in the total but not in the active" in str(report)
+
+    def rounded(D, F, E, k, S):
+        return tuple(float(f"{v:.3g}") for v in moe_parameters_reference(D, F, E, k, S))
+
+    report = check_quiz("21.moe_parameters", rounded)
+    assert not report.passed and "give exact integers" in str(report), str(report)
+    assert "1410000000.0" in str(report)  # the float shown as the float it is
+
+    for as_array in (np.array, torch.tensor):
+        report = check_quiz(
+            "21.moe_parameters", lambda *c, f=as_array: f(moe_parameters_reference(*c))
+        )
+        assert report.passed, str(report)

@@ -284,6 +284,10 @@ MISTAKES: dict[str, str] = {
         "the 1/sqrt(Dh) scale is dropped: QK-norm bounds the size of q and k, but the scores "
         "are still divided by sqrt(Dh) (Qwen3 keeps `scaling = head_dim ** -0.5`)"
     ),
+    "qk-norm-scale-one-over-dh": (
+        "the scores are divided by Dh, not by sqrt(Dh): the scale is Dh^-1/2 "
+        "(`/ math.sqrt(Dh)`), with or without QK-norm (Qwen3: `scaling = head_dim ** -0.5`)"
+    ),
     "rope-missing": "RoPE is not applied: rotate the normalised q and k with apply_rope",
     "rope-on-values": "RoPE is applied to the values as well: rotate q and k only",
     # ---- soft-capping the attention scores (exercise 20)
@@ -393,6 +397,15 @@ MISTAKES: dict[str, str] = {
     "balance-sum-over-tokens": (
         "f or P is summed over the tokens: both are means over the N tokens (fractions and "
         "mean probabilities)"
+    ),
+    "balance-sums-for-means": (
+        "f and P are both summed over the tokens, not averaged: the loss comes out N^2 times "
+        "too large (N tokens); f_e is a fraction and P_e a mean, `.mean(dim=0)` for both"
+    ),
+    "balance-p-from-renormalised-top-k": (
+        "P uses only the k chosen probabilities of each token, renormalised to sum 1 (the "
+        "MoE layer's expert weights): P_e is the mean over the tokens of the full softmax "
+        "over all E experts, nothing dropped, nothing renormalised"
     ),
     "balance-mean-over-experts": (
         "f and P are averaged over the experts (dim=-1): they are per-expert means over the "

@@ -23,6 +23,7 @@ from ._data import draw_until, randn
 from ._mistakes import says
 from ._modules import ModulePair, backward_both, compare_param_grads
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker
+from .logit_range import keep_float64_hint
 
 _MARGIN = 1e-3  # the smallest gap between a token's k-th and (k+1)-th probability
 
@@ -45,6 +46,12 @@ def _route(probs: torch.Tensor, k: int, *, renormalise=True, over="experts"):
         if renormalise:
             values = values / values.sum(dim=0, keepdim=True)
         return torch.zeros_like(probs).scatter(0, index, values)
+    if over == "tokens, per token":  # the same choice, renormalised over each token's row
+        values, index = probs.topk(k, dim=0)  # (k, E)
+        gate = torch.zeros_like(probs).scatter(0, index, values)
+        if renormalise:  # a token no expert picked keeps weights 0
+            gate = gate / gate.sum(dim=-1, keepdim=True).clamp_min(1e-9)
+        return gate
     values, index = probs.topk(k, dim=-1)  # (N, k)
     if renormalise:
         values = values / values.sum(dim=-1, keepdim=True)
@@ -61,7 +68,11 @@ def _moe_variant(module, x: torch.Tensor, **mistake) -> torch.Tensor:
     probs = logits.softmax(dim=0 if mistake.get("softmax") == "tokens" else -1)
     if mistake.get("softmax") == "none":
         probs = logits
-    if mistake.get("per_sequence"):
+    if mistake.get("per_sequence") == "mean token":  # the router on each sequence's mean
+        per_seq = module.router(x.mean(dim=1)).softmax(dim=-1)  # (B, E)
+        weights = _route(per_seq, k)  # (B, E)
+        weights = weights[:, None, :].expand(B, T, -1).reshape(B * T, -1)
+    elif mistake.get("per_sequence"):
         per_seq = probs.reshape(B, T, -1)
         chosen = per_seq.mean(dim=1).topk(k, dim=-1).indices  # (B, k): one choice a sequence
         keep = torch.zeros_like(per_seq).scatter(-1, chosen[:, None, :].expand(B, T, k), 1.0)
@@ -89,6 +100,9 @@ def _moe_variant(module, x: torch.Tensor, **mistake) -> torch.Tensor:
         elif shared == "weighted":
             mass = probs.topk(k, dim=-1).values.sum(dim=-1, keepdim=True)  # (N, 1)
             out = out + mass * module.shared(tokens)
+        elif shared == "top weight":  # the largest renormalised weight, w[:, :1]
+            top = weights.max(dim=-1, keepdim=True).values  # (N, 1)
+            out = out + top * module.shared(tokens)
     return out.reshape(B, T, D)
 
 
@@ -104,11 +118,14 @@ def _moe_mistakes(module, x):
         (says("moe-top-k-over-tokens"), variant(top_k_over="tokens")),
         (says("moe-top-k-over-tokens"), variant(top_k_over="tokens", unnormalised=True)),
         (says("moe-routing-per-sequence"), variant(per_sequence=True)),
+        (says("moe-routing-per-sequence"), variant(per_sequence="mean token")),
+        (says("moe-top-k-over-tokens"), variant(top_k_over="tokens, per token")),
         (says("moe-uniform-expert-weights"), variant(expert_weights="uniform")),
         (says("moe-expert-outputs-unweighted"), variant(expert_weights="ones")),
         (says("moe-shared-forgotten"), variant(shared="none")),
         (says("moe-shared-averaged"), variant(shared="average")),
         (says("moe-shared-weighted"), variant(shared="weighted")),
+        (says("moe-shared-weighted"), variant(shared="top weight")),
     ]
 
 
@@ -149,7 +166,13 @@ def _moe_case(
         want_out, want_logits = expected
         with torch.no_grad():
             mistakes = _moe_mistakes(reference, x)
-        expect_close(out, want_out.detach(), "the output `out`", mistakes=mistakes)
+        expect_close(
+            out,
+            want_out.detach(),
+            "the output `out`",
+            mistakes=mistakes,
+            hints=[keep_float64_hint(want_out.detach())],
+        )
         if isinstance(logits, torch.Tensor) and logits.dim() == 3:
             raise CaseFailed(
                 says("moe-router-logits-not-flattened"), mistake="moe-router-logits-not-flattened"
@@ -255,6 +278,11 @@ def check_moe(candidate) -> list[Case]:
             covers=frozenset({"T=1"}),
         ),
         Case(
+            "B=T=1: one token (a decoding step at batch 1), E=5, one shared",
+            _moe_case(candidate, {**base, "num_experts": 5, "num_shared": 1}, (1, 1), 2291),
+            covers=frozenset({"B=T=1"}),
+        ),
+        Case(
             "float32 module and input, E=6, top_k=3",
             _moe_case(
                 candidate, {**base, "num_experts": 6, "top_k": 3}, (2, 4), 2261, dtype=torch.float32
@@ -291,9 +319,12 @@ def _balance(logits, E, k, **mistake):
     p_source = probs
     if mistake.get("p") == "top-k":
         p_source = probs * (picked > 0)
+    elif mistake.get("p") == "top-k renormalised":
+        kept = probs * (picked > 0)
+        p_source = kept / kept.sum(dim=-1, keepdim=True)
     elif mistake.get("p") == "logits":
         p_source = logits
-    P = p_source.mean(dim=axis)
+    P = p_source.sum(dim=axis) if mistake.get("sum") == "both" else p_source.mean(dim=axis)
     if mistake.get("swap") == "P":
         f = P
     elif mistake.get("swap") == "f":
@@ -312,6 +343,8 @@ def _balance_mistakes(logits, E, k):
         (says("balance-p-from-top-k"), variant(p="top-k")),
         (says("balance-f-divided-by-k"), variant(f_by_k=True)),
         (says("balance-sum-over-tokens"), variant(sum=True)),
+        (says("balance-sums-for-means"), variant(sum="both")),
+        (says("balance-p-from-renormalised-top-k"), variant(p="top-k renormalised")),
         (says("balance-mean-over-experts"), variant(over_experts=True)),
         (says("balance-logits-not-probabilities"), variant(p="logits")),
         (says("balance-p-for-f"), variant(swap="P")),
@@ -345,7 +378,13 @@ def _balance_case(
             )
         with torch.no_grad():
             mistakes = _balance_mistakes(logits, E, k)
-        expect_close(got, want.detach(), f"{call}", mistakes=mistakes)
+        expect_close(
+            got,
+            want.detach(),
+            f"{call}",
+            mistakes=mistakes,
+            hints=[keep_float64_hint(want.detach())],
+        )
         if grad:
             want.backward()
             if not got.requires_grad:

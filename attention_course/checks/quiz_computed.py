@@ -531,6 +531,20 @@ def mistral_cache_bytes_cases(candidate: Callable) -> list[Case]:
     ]
 
 
+def _is_vector(raw: object) -> bool:
+    """A 1-d numpy array or torch tensor (an answer given as one array of numbers)."""
+    if isinstance(raw, torch.Tensor):
+        return raw.dim() == 1
+    return type(raw).__module__ == "numpy" and getattr(raw, "ndim", None) == 1
+
+
+def _is_float(value: object) -> bool:
+    """Whether ``value`` is a floating-point number (Python, numpy or torch)."""
+    if isinstance(value, torch.Tensor):
+        return value.is_floating_point()
+    return isinstance(plain(value), float)
+
+
 def _whole_number(raw: object, what: str) -> int | float:
     """``raw`` as an int (or a float that is not whole, for the message); an integral
     float, ``Fraction`` or ``Decimal`` counts as that int."""
@@ -721,6 +735,11 @@ def _moe_parameter_mistakes(D, F, E, k, S):
             (expert * (E + min(S, 1)) + router, expert * (k + min(S, 1)) + router),
         ),
         (
+            "the shared experts are counted in the total but not in the active count: every "
+            "token goes through them, so all of them are active",
+            (right_total, expert * k + router),
+        ),
+        (
             "the active count is not the total times k / E: the router and the shared "
             "experts are used by every token, only the routed experts are sparse",
             (right_total, right_total * k // E),
@@ -737,16 +756,34 @@ def moe_parameters_cases(candidate: Callable) -> list[Case]:
             D, F, E, k, S = config
             what = f"{answer_name(candidate)}{config}"
             raw = call_student(candidate, *config, what=what)
+            if _is_vector(raw):  # an array or tensor of the two, as quiz 20 accepts
+                raw = tuple(raw)
             got = expect_tuple(raw, 2, what, ("total", "active"))
+            floats = [_is_float(v) for v in got]
             got = tuple(_whole_number(v, what) for v in got)
             right = moe_parameters_reference(*config)
             if got == right:
                 return
-            message = f"{what} returned {got}, expected other numbers"
+            shown = (
+                "("
+                + ", ".join(
+                    repr(float(v)) if f else str(v) for v, f in zip(got, floats, strict=True)
+                )
+                + ")"
+            )
+            message = f"{what} returned {shown}, expected other numbers"
             for text, wrong in _moe_parameter_mistakes(*config):
                 if wrong != right and got == wrong:
                     message += f"\nLikely mistake: {text}."
                     break
+            else:
+                if any(floats):
+                    message += (
+                        "\nHint: give exact integers: your answer holds floats, and the counts "
+                        "are compared exactly; a float rounds (1.41e9 is not 1409318912), so "
+                        "compute with ints (`3 * d_model * d_ff`, `//` rather than `/`, no "
+                        "rounding)"
+                    )
             raise CaseFailed(message)
 
         return run

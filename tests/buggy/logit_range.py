@@ -174,6 +174,67 @@ def softcap_output(q, k, v, cap):
     return cap * torch.tanh(_attend(q, k, v) / cap)
 
 
+def _attend_masked(q, k, v, hide, scale=None, cap=None):
+    """Causal attention whose hidden keys are ``hide(ones (T, T))``."""
+    T, Dh = q.shape[-2], q.shape[-1]
+    scores = q @ k.transpose(-2, -1) * (Dh**-0.5 if scale is None else scale)
+    if cap is not None:
+        scores = cap * torch.tanh(scores / cap)
+    future = hide(torch.ones(T, T, dtype=torch.bool))
+    return scores.masked_fill(future, float("-inf")).softmax(-1) @ v
+
+
+def _normed(q, k, q_weight, k_weight, eps):
+    return apply_rope(_rms(q, q_weight, eps)), apply_rope(_rms(k, k_weight, eps))
+
+
+def qk_norm_mask_hides_diagonal(q, k, v, q_weight, k_weight, eps=1e-6):
+    """triu(0): the diagonal hidden too (the first query sees nothing: NaN)."""
+    return _attend_masked(*_normed(q, k, q_weight, k_weight, eps), v, lambda o: o.triu(0))
+
+
+def qk_norm_mask_sees_next(q, k, v, q_weight, k_weight, eps=1e-6):
+    """triu(2): one future key visible."""
+    return _attend_masked(*_normed(q, k, q_weight, k_weight, eps), v, lambda o: o.triu(2))
+
+
+def qk_norm_mask_transposed(q, k, v, q_weight, k_weight, eps=1e-6):
+    """tril(-1): the past hidden, the future visible."""
+    return _attend_masked(*_normed(q, k, q_weight, k_weight, eps), v, lambda o: o.tril(-1))
+
+
+def qk_norm_scale_one_over_dh(q, k, v, q_weight, k_weight, eps=1e-6):
+    """The scores divided by Dh, not sqrt(Dh)."""
+    qn, kn = _normed(q, k, q_weight, k_weight, eps)
+    return _attend_masked(qn, kn, v, lambda o: o.triu(1), scale=1 / q.shape[-1])
+
+
+def qk_norm_float32_round_trip(q, k, v, q_weight, k_weight, eps=1e-6):
+    """Not a wrong formula but against the statement: Hugging Face's RMSNorm round trip,
+    the norm computed in float32 and cast back (float64 input: float32's precision)."""
+
+    def rms(x, w):
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+    return _attend(apply_rope(rms(q, q_weight)), apply_rope(rms(k, k_weight)), v)
+
+
+def softcap_mask_hides_diagonal(q, k, v, cap):
+    """triu(0): the diagonal hidden too."""
+    return _attend_masked(q, k, v, lambda o: o.triu(0), cap=cap)
+
+
+def softcap_mask_sees_next(q, k, v, cap):
+    """triu(2): one future key visible."""
+    return _attend_masked(q, k, v, lambda o: o.triu(2), cap=cap)
+
+
+def softcap_mask_transposed(q, k, v, cap):
+    """tril(-1): the past hidden, the future visible."""
+    return _attend_masked(q, k, v, lambda o: o.tril(-1), cap=cap)
+
+
 CATALOGUE = [
     ("qk_norm_attention", "norm after RoPE", qk_norm_after_rope, "qk-norm-after-rope"),
     (
@@ -207,4 +268,31 @@ CATALOGUE = [
     ("qk_norm_attention", "LayerNorm", qk_norm_layer_norm, "qk-norm-mean-subtracted"),
     ("qk_norm_attention", "no RoPE", qk_norm_no_rope, "rope-missing"),
     ("qk_norm_attention", "RoPE on the values", qk_norm_rope_on_values, "rope-on-values"),
+    (
+        "qk_norm_attention",
+        "mask hides the diagonal",
+        qk_norm_mask_hides_diagonal,
+        "causal-mask-hides-diagonal",
+    ),
+    (
+        "qk_norm_attention",
+        "mask sees the next key",
+        qk_norm_mask_sees_next,
+        "causal-mask-sees-next",
+    ),
+    ("qk_norm_attention", "mask transposed", qk_norm_mask_transposed, "causal-mask-inverted"),
+    ("qk_norm_attention", "scale 1/Dh", qk_norm_scale_one_over_dh, "qk-norm-scale-one-over-dh"),
+    (
+        "softcap_attention",
+        "mask hides the diagonal",
+        softcap_mask_hides_diagonal,
+        "causal-mask-hides-diagonal",
+    ),
+    (
+        "softcap_attention",
+        "mask sees the next key",
+        softcap_mask_sees_next,
+        "causal-mask-sees-next",
+    ),
+    ("softcap_attention", "mask transposed", softcap_mask_transposed, "causal-mask-inverted"),
 ]

@@ -170,6 +170,71 @@ class MoESharedGated(_MoEBase):
         return out.reshape(B, T, D), logits
 
 
+class MoESqueezed(_MoEBase):
+    """squeeze(0) on the routing: harmless until N == 1, then the routing indices lose
+    their token axis and the loop's unpacking breaks (one token, B = T = 1)."""
+
+    def forward(self, x):
+        B, T, D = x.shape
+        tokens = x.reshape(-1, D)
+        logits = self.router(tokens)
+        w, idx = logits.softmax(-1).topk(self.top_k, -1)
+        w = w / w.sum(-1, keepdim=True)
+        w, idx = w.squeeze(0), idx.squeeze(0)  # does nothing unless N == 1
+        out = torch.zeros_like(tokens)
+        for e, expert in enumerate(self.experts):
+            token, slot = torch.where(idx == e)
+            out = out.index_add(0, token, w[token, slot, None] * expert(tokens[token]))
+        if self.shared is not None:
+            out = out + self.shared(tokens)
+        return out.reshape(B, T, D), logits
+
+
+class MoEPerSequenceMeanToken(_MoEBase):
+    """One choice per sequence: the router applied to the sequence's mean token."""
+
+    def forward(self, x):
+        B, T, D = x.shape
+        w = self.weights(self.router(x.mean(1)))  # (B, E)
+        every = torch.stack([e(x) for e in self.experts], dim=2)  # (B, T, E, D)
+        out = (w[:, None, :, None] * every).sum(2)
+        if self.shared is not None:
+            out = out + self.shared(x)
+        return out, self.router(x.reshape(B * T, D))
+
+
+class MoETopKOverTokensPerToken(_MoEBase):
+    """topk(probs, k, dim=0), then each token's row renormalised (0 where no expert chose
+    it)."""
+
+    def weights(self, logits):
+        probs = logits.softmax(-1)
+        w, idx = probs.topk(self.top_k, dim=0)  # (k, E)
+        gate = torch.zeros_like(probs).scatter(0, idx, w)
+        return gate / gate.sum(-1, keepdim=True).clamp_min(1e-9)
+
+
+class MoESharedTopWeight(_MoEBase):
+    """The shared output multiplied by the token's largest renormalised weight, w[:, :1]."""
+
+    def combine(self, tokens, out):
+        if self.shared is None:
+            return out
+        w = self.weights(self.router(tokens))
+        return out + w.max(-1, keepdim=True).values * self.shared(tokens)
+
+
+class MoEFloat32Router(_MoEBase):
+    """Not a wrong formula but against the statement: Mixtral's float32 softmax, the
+    weights cast back to the input's dtype (float64 input: float32's precision)."""
+
+    def weights(self, logits):
+        probs = logits.float().softmax(-1)
+        w, idx = probs.topk(self.top_k, dim=-1)
+        w = (w / w.sum(-1, keepdim=True)).to(logits.dtype)
+        return torch.zeros_like(logits).scatter(-1, idx, w)
+
+
 def reference_balance_softmax_over_top_k(router_logits, num_experts, top_k):
     """Not a mistake: the package's formula written another way (accepted)."""
     probs = router_logits.softmax(-1)
@@ -248,6 +313,30 @@ def balance_f_squared(router_logits, num_experts, top_k):
     return num_experts * (f * f).sum()
 
 
+def balance_sums(router_logits, num_experts, top_k):
+    """f and P both summed over the tokens: N^2 times the loss."""
+    f, _, probs, _ = _f_and_p(router_logits, num_experts, top_k)
+    n = router_logits.shape[0]
+    return num_experts * ((f * n) * probs.sum(0)).sum()
+
+
+def balance_p_renormalised_top_k(router_logits, num_experts, top_k):
+    """P from the MoE's expert weights: the top-k probabilities renormalised per token."""
+    f, _, probs, idx = _f_and_p(router_logits, num_experts, top_k)
+    kept = probs.gather(-1, idx)
+    P = torch.zeros_like(probs).scatter(-1, idx, kept / kept.sum(-1, keepdim=True)).mean(0)
+    return num_experts * (f * P).sum()
+
+
+def balance_float32_mask(router_logits, num_experts, top_k):
+    """Not a wrong formula but against the statement: Hugging Face's
+    `one_hot(...).float().mean(0)`, a float32 f times the float64 P."""
+    probs = router_logits.softmax(-1)
+    idx = probs.topk(top_k, -1).indices
+    f = F.one_hot(idx, num_experts).sum(1).float().mean(0)
+    return num_experts * (f * probs.mean(0)).sum()
+
+
 CATALOGUE = [
     ("moe", "not renormalised", MoENotRenormalised, "moe-weights-not-renormalised"),
     ("moe", "routing per sequence", MoEPerSequence, "moe-routing-per-sequence"),
@@ -282,4 +371,20 @@ CATALOGUE = [
     ("moe", "uniform 1/k", MoEUniform, "moe-uniform-expert-weights"),
     ("moe", "unweighted sum", MoEUnweighted, "moe-expert-outputs-unweighted"),
     ("moe", "shared gated", MoESharedGated, "moe-shared-weighted"),
+    ("moe", "squeezed routing (one token)", MoESqueezed, None),
+    ("moe", "per sequence (mean token)", MoEPerSequenceMeanToken, "moe-routing-per-sequence"),
+    (
+        "moe",
+        "top-k over tokens, rows renormalised",
+        MoETopKOverTokensPerToken,
+        "moe-top-k-over-tokens",
+    ),
+    ("moe", "shared weighted by the top weight", MoESharedTopWeight, "moe-shared-weighted"),
+    ("load_balancing_loss", "sums for means", balance_sums, "balance-sums-for-means"),
+    (
+        "load_balancing_loss",
+        "P from the renormalised top-k",
+        balance_p_renormalised_top_k,
+        "balance-p-from-renormalised-top-k",
+    ),
 ]

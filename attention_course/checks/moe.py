@@ -365,7 +365,17 @@ def _balance_case(
             logits[:, 0] += skew
             return logits.to(dtype)
 
-        logits = draw_until(draw, lambda t: _clear_choice(t.double().softmax(-1), k), seed)
+        def usable(t):
+            """A clear top-k, and (k < E) an uneven load: with every f_e = k / E the loss
+            is k for any P that sums to 1, so a wrong P (renormalised top-k weights, say)
+            would pass under some run seeds."""
+            probs = t.double().softmax(-1)
+            if not _clear_choice(probs, k):
+                return False
+            f = F.one_hot(probs.topk(k, dim=-1).indices, E).sum(dim=1).double().mean(dim=0)
+            return k >= E or bool((f - k / E).abs().max() > 1e-9)
+
+        logits = draw_until(draw, usable, seed)
         mine = logits.detach().clone().requires_grad_(grad)
         theirs = logits.detach().clone().requires_grad_(grad)
         want = ref_moe.load_balancing_loss(theirs, E, k)

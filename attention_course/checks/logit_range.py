@@ -248,20 +248,26 @@ def _qk_norm_case(candidate, shape, seed, dtype=torch.float64, grad=False, eps=N
         )
         with torch.no_grad():
             mistakes = _qk_norm_mistakes(q, k, v, qw, kw, use_eps)
-        expect_close(
-            got,
-            want.detach(),
-            f"the output of {call}",
-            mistakes=mistakes,
-            hints=[keep_float64_hint(want.detach())],
-            dtype_hint=_DTYPE_HINT,
-        )
-        if grad:
-            _backward(got, want, seed + 9)
-            for name, a, b in zip(("`q`", "`k`", "`v`"), mine, theirs, strict=True):
-                expect_grad(a.grad, b.grad, name)
+        _judge(got, want, call, mistakes, grad, seed, mine, theirs)
 
     return run
+
+
+def _judge(got, want, call, mistakes, grad, seed, mine, theirs):
+    """The output against the reference (naming a known mistake), then, with ``grad``, the
+    gradients reaching ``q``, ``k`` and ``v`` (``mine``, ``theirs``: their leaves)."""
+    expect_close(
+        got,
+        want.detach(),
+        f"the output of {call}",
+        mistakes=mistakes,
+        hints=[keep_float64_hint(want.detach())],
+        dtype_hint=_DTYPE_HINT,
+    )
+    if grad:
+        _backward(got, want, seed + 9)
+        for name, a, b in zip(("`q`", "`k`", "`v`"), mine, theirs, strict=True):
+            expect_grad(a.grad, b.grad, name)
 
 
 def _backward(got, want, seed):
@@ -374,18 +380,7 @@ def _softcap_case(
         got = call_student(candidate, *mine, cap, what=call, arg_names=("q", "k", "v"))
         with torch.no_grad():
             mistakes = _softcap_mistakes(q, k, v, cap)
-        expect_close(
-            got,
-            want.detach(),
-            f"the output of {call}",
-            mistakes=mistakes,
-            hints=[keep_float64_hint(want.detach())],
-            dtype_hint=_DTYPE_HINT,
-        )
-        if grad:
-            _backward(got, want, seed + 9)
-            for name, a, b in zip(("`q`", "`k`", "`v`"), mine, theirs, strict=True):
-                expect_grad(a.grad, b.grad, name)
+        _judge(got, want, call, mistakes, grad, seed, mine, theirs)
 
     return run
 

@@ -16,6 +16,10 @@ For every page:
 - MathJax, and every other script or stylesheet, is served from the site itself:
   a page that loads it from a URL shows raw TeX offline.
 
+The Chinese edition (``_build/html/zh``, built by ``scripts/build-book.sh`` after the
+English one) is read the same way, page by page; each page of either edition links to
+the same page of the other (the language switch).
+
 Only the standard library's ``html.parser``; the whole site parses in well under a second.
 """
 
@@ -42,8 +46,9 @@ if not (SITE / "index.html").exists():
         allow_module_level=True,
     )
 
+ZH = SITE / "zh"
 PAGES = sorted(
-    p for p in SITE.rglob("*.html") if p.relative_to(SITE).parts[0] not in ("_static", "_sources")
+    p for p in SITE.rglob("*.html") if not {"_static", "_sources"} & set(p.relative_to(SITE).parts)
 )
 
 # Elements whose text is not prose: code, program output, and scripts/styles.
@@ -135,9 +140,50 @@ def _ids(p: Path) -> str:
     return str(p.relative_to(SITE))
 
 
+def _root(page: Path) -> Path:
+    """The root of the edition a page belongs to: the site, or its zh/ folder."""
+    return ZH if ZH in page.parents else SITE
+
+
 def test_the_site_has_pages():
     names = {_ids(p) for p in PAGES}
     assert {"index.html", "book/01_attention_over_sets.html", "book/glossary.html"} <= names
+
+
+def test_the_chinese_edition_has_every_page():
+    """``scripts/build-book.sh`` builds both editions; CI requires the Chinese one."""
+    if not (ZH / "index.html").exists():
+        if os.environ.get("ATTENTION_COURSE_REQUIRE_SITE"):
+            raise AssertionError(f"no Chinese edition at {ZH}: run scripts/build-book.sh")
+        pytest.skip("the Chinese edition is not built (scripts/build-book.sh builds it)")
+    english = {p.relative_to(SITE) for p in PAGES if ZH not in p.parents}
+    chinese = {p.relative_to(ZH) for p in PAGES if ZH in p.parents}
+    assert english == chinese
+
+
+_SWITCH = re.compile(r'<p class="lang-switch">(.*?)</p>', re.S)
+
+
+@pytest.mark.parametrize("path", [p for p in PAGES if p.name != "index.html"], ids=_ids)
+def test_every_page_links_to_itself_in_the_other_language(path):
+    """The language switch (``_templates/lang-switch.html``): English pages link to
+    ``zh/<same page>``, Chinese pages back to the English one, relative, so it works
+    from disk and from any static host."""
+    html = path.read_text(encoding="utf-8")
+    switch = _SWITCH.findall(html)
+    assert len(switch) == 1, f"{_ids(path)} has {len(switch)} language switches"
+    links = re.findall(r'href="([^"]+)"', switch[0])
+    assert len(links) == 1, f"{_ids(path)}'s switch links to {links}"
+    chinese = ZH in path.parents
+    other = (SITE / path.relative_to(ZH)) if chinese else (ZH / path.relative_to(SITE))
+    assert not _is_url(links[0])
+    assert _local_file(path, links[0]) == other.resolve(), (
+        f"{_ids(path)}'s switch points at {links[0]}, not at {other.relative_to(SITE)}"
+    )
+    lang = re.search(r'<html lang="([^"]+)"', html)
+    assert lang and lang.group(1) == ("zh-CN" if chinese else "en"), _ids(path)
+    if chinese or (ZH / "index.html").exists():
+        assert other.is_file(), f"{_ids(path)}'s switch points at a missing page"
 
 
 @pytest.mark.parametrize("path", PAGES, ids=_ids)
@@ -199,7 +245,7 @@ def test_scripts_and_styles_are_served_from_the_site(path):
         assert mathjax, f"{_ids(path)} has formulas but loads no MathJax"
         for ref in mathjax:
             local = _local_file(path, ref)
-            assert (SITE / "_static") in local.parents, f"MathJax from {ref}, not _static/"
+            assert (_root(path) / "_static") in local.parents, f"MathJax from {ref}, not _static/"
 
 
 def test_mathjax_fonts_are_in_static():
@@ -251,9 +297,9 @@ def test_every_figure_has_descriptive_alt_text(path):
 
 def test_code_lines_wrap_instead_of_overflowing():
     """Every chapter loads a stylesheet that wraps long lines in code cells and outputs."""
-    css = SITE / "_static" / "code-wrap.css"
-    assert "white-space: pre-wrap" in css.read_text(encoding="utf-8")
     for path in _chapter_pages():
+        css = _root(path) / "_static" / "code-wrap.css"
+        assert "white-space: pre-wrap" in css.read_text(encoding="utf-8")
         refs = [_local_file(path, ref) for ref in _parse(path).stylesheets]
         assert css.resolve() in refs, f"{_ids(path)} does not load code-wrap.css"
 

@@ -265,11 +265,16 @@ def _is_name(form: str) -> bool:
     return bool(re.search(r"[A-Z].*[A-Z]", form))
 
 
+# Terms whose English "plural" is nearly always another word: "means" is the verb.
+_NO_PLURAL = {"mean"}
+
+
 def _term_pattern(form: str) -> re.Pattern:
     # Case-insensitive except a name; an English plural (keys, queries, heads) counts.
     flags = 0 if _is_name(form) else re.I
     stem = re.escape(form[:-1]) + "(?:y|ies)" if form.endswith("y") else re.escape(form)
-    return re.compile(r"(?<![\w-])" + stem + r"(?:s|es)?(?![\w-])", flags)
+    plural = "" if form in _NO_PLURAL else "(?:s|es)?"
+    return re.compile(r"(?<![\w-])" + stem + plural + r"(?![\w-])", flags)
 
 
 def terms_missing(msgid: str, msgstr: str, terms: list[Term], allowed: set[str]) -> list[str]:
@@ -298,11 +303,18 @@ def problems(
     allowed_terms: set[str],
     terms,
     keep_english: bool = False,
+    formula: bool = False,
 ) -> list[str]:
     """What is wrong with one catalogue entry (an empty list when nothing is).
 
     ``keep_english``: the translator's comment ``# keep-english`` says the English stays
-    (a reference: authors, title, venue), so the message may be copied as it is."""
+    (a reference: authors, title, venue), so the message may be copied as it is.
+    ``formula``: the message is a display formula (Sphinx extracts them too): its
+    translation is the formula itself, character for character."""
+    if formula:
+        if msgstr and msgstr != msgid:
+            return ["a display formula changed: maths is never translated, copy it as it is"]
+        return []
     if fuzzy:
         return ["fuzzy: the English changed since it was translated; re-translate and clear it"]
     if not msgstr.strip():

@@ -108,16 +108,19 @@ def exercise_sources() -> list[Path]:
     return sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
 
 
-def notebook_messages(path: Path) -> list[tuple[str, int]]:
-    """(msgid, location) of every block of a notebook's Markdown cells; the location is
-    myst-nb's (cell index × 10000 + line, 1-based), as in the site's catalogues."""
+def notebook_messages(path: Path) -> list[tuple[str, int, bool]]:
+    """(msgid, location, formula) of every block of a notebook's Markdown cells; the
+    location is myst-nb's, as in the site's catalogues ((cell index + 1) × 10000 + line
+    + 1, the line counted from 1; :func:`where` reads it back); ``formula``: a display
+    formula."""
     nb = json.loads(path.read_text(encoding="utf-8"))
     found = []
     for index, cell in enumerate(nb["cells"]):
         if cell["cell_type"] != "markdown":
             continue
         for block in _i18n.markdown_blocks("".join(cell["source"])):
-            found.append((block.msgid, index * 10000 + block.start + 1))
+            location = (index + 1) * 10000 + block.start + 2
+            found.append((block.msgid, location, block.literal))
     return found
 
 
@@ -131,7 +134,7 @@ def write_exercise_templates() -> None:
     out.mkdir(parents=True, exist_ok=True)
     for path in exercise_sources():
         catalog = Catalog(project="attention_course", charset="utf-8")
-        for msgid, line in notebook_messages(path):
+        for msgid, line, _ in notebook_messages(path):
             catalog.add(msgid, locations=[(f"../../exercises/{path.name}", line)])
         with open(out / f"{path.stem}.pot", "wb") as f:
             write_po(f, catalog, width=76, omit_header=False)
@@ -158,9 +161,12 @@ def update() -> None:
 
     for po in sorted(CATALOGUES.rglob("*.po")):
         catalogue = _i18n.read_catalogue(po)
+        maths = formulas(po)
         changed = False
         for message in catalogue:
-            if message.id and not message.string and not _i18n.needs_words(message.id):
+            if not message.id or message.string:
+                continue
+            if message.id in maths or not _i18n.needs_words(message.id):
                 message.string = message.id
                 changed = True
         if changed:
@@ -186,9 +192,14 @@ def status(paths: list[str] | None = None) -> None:
     rows = []
     for po in catalogues(paths):
         messages = [m for m in _i18n.read_catalogue(po) if m.id]
+        maths = formulas(po)
         fuzzy = sum(1 for m in messages if m.fuzzy)
         done = sum(1 for m in messages if m.string and not m.fuzzy)
-        words = sum(_i18n.english_words(m.id) for m in messages if _i18n.needs_words(m.id))
+        words = sum(
+            _i18n.english_words(m.id)
+            for m in messages
+            if m.id not in maths and _i18n.needs_words(m.id)
+        )
         rows.append((_name(po), len(messages), done, fuzzy, len(messages) - done - fuzzy, words))
     width = max(len(r[0]) for r in rows)
     header = ("catalogue", "messages", "translated", "fuzzy", "missing", "words")
@@ -199,16 +210,33 @@ def status(paths: list[str] | None = None) -> None:
     print(f"{'total':<{width}}  " + "  ".join(f"{v:>10}" for v in total))
 
 
-def source_blocks(source: Path) -> list[tuple[str, str]]:
-    """(msgid, where) of every block of a page or notebook, ``where`` naming the cell and
-    line as a reader finds them."""
+def source_blocks(source: Path) -> list[tuple[str, str, bool]]:
+    """(msgid, where, formula) of every block of a page or notebook, ``where`` naming the
+    cell and line as a reader finds them, ``formula`` true for a display formula."""
     if source.suffix == ".md":
         text = source.read_text(encoding="utf-8")
-        return [(b.msgid, f"line {b.start + 1}") for b in _i18n.markdown_blocks(text)]
+        return [(b.msgid, f"line {b.start + 1}", b.literal) for b in _i18n.markdown_blocks(text)]
     return [
-        (msgid, f"cell {line // 10000}, line {line % 10000}")
-        for msgid, line in notebook_messages(source)
+        (msgid, where(source.name, location), literal)
+        for msgid, location, literal in notebook_messages(source)
     ]
+
+
+def where(filename: str, location: int | None) -> str:
+    """A catalogue location as a reader finds it: in a notebook, the cell (counted from 1,
+    as Jupyter's "Go to cell" does) and the line within it; in a page, the line."""
+    location = int(location or 0)
+    if filename.endswith(".ipynb"):
+        return f"cell {location // 10000}, line {location % 10000 - 1}"
+    return f"line {location}"
+
+
+def formulas(po: Path) -> set[str]:
+    """The display formulas among a catalogue's messages, as its English source has them."""
+    source = source_of(po)
+    if not source.exists():
+        return set()
+    return {msgid for msgid, _, formula in source_blocks(source) if formula}
 
 
 def toc_captions() -> set[str]:
@@ -238,10 +266,10 @@ def coverage(po: Path) -> list[str]:
     found = [
         f"{source.relative_to(ROOT)} ({where}): {msgid[:70]!r} is not in {_name(po)}.po "
         "(run `python scripts/zh.py update`, then translate it)"
-        for msgid, where in blocks
+        for msgid, where, _ in blocks
         if msgid not in catalogue
     ]
-    extra = catalogue - {msgid for msgid, _ in blocks}
+    extra = catalogue - {msgid for msgid, _, _ in blocks}
     if source.stem == "intro":
         extra -= toc_captions()
     found += [
@@ -257,6 +285,7 @@ def check(paths: list[str] | None = None) -> list[str]:
     terms = _i18n.glossary_terms((ROOT / "book" / "glossary.md").read_text(encoding="utf-8"))
     found = []
     for po in catalogues(paths):
+        maths = formulas(po)
         for message in _i18n.read_catalogue(po):
             if not message.id:
                 continue
@@ -268,11 +297,11 @@ def check(paths: list[str] | None = None) -> list[str]:
                 allowed,
                 terms,
                 _i18n.keeps_english(message.user_comments),
+                formula=message.id in maths,
             ):
-                where = message.locations[0] if message.locations else ("?", 0)
-                source = where[0].replace("../../", "")
-                cell, line = divmod(int(where[1]), 10000)
-                place = f"cell {cell}, line {line}" if cell else f"line {line}"
+                file, location = message.locations[0] if message.locations else ("?", 0)
+                source = file.replace("../../", "")
+                place = where(source, location)
                 found.append(f"{_name(po)}.po ({source}, {place}): {message.id[:70]!r}: {problem}")
     return found
 

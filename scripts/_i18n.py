@@ -210,6 +210,10 @@ def needs_words(msgid: str) -> bool:
     return bool(_WORD.search(_strip_markup(msgid)))
 
 
+def has_chinese(text: str) -> bool:
+    return bool(_CJK.search(text))
+
+
 def english_words(text: str) -> int:
     return len(_WORD.findall(_strip_markup(text)))
 

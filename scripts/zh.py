@@ -85,12 +85,19 @@ def sphinx_conf(chinese: bool = False) -> Path:
         "external_toc_path = _os.path.join(_ROOT, external_toc_path)\n"
     )
     if chinese:
+        glossary = (ROOT / "book" / "glossary.md").read_text(encoding="utf-8")
+        words = sorted({zh for term in _i18n.glossary_terms(glossary) for zh in term.chinese})
+        words = [w for w in words if _i18n.has_chinese(w) and " " not in w]
         text += (
             f"language = {_i18n.LANGUAGE!r}\n"
             "# Sphinx's Chinese search index segments words with jieba (without it, the index\n"
             "# holds no Chinese word at all): required here, so a missing one fails the build.\n"
             "import logging as _logging, jieba as _jieba\n"
             "_jieba.setLogLevel(_logging.WARNING)\n"
+            "# The glossary's terms are words of their own (自注意力, not 自 + 注意力), so a\n"
+            "# search for a term finds it.\n"
+            f"for _word in {words!r}:\n"
+            "    _jieba.add_word(_word)\n"
             f"html_title = {ZH_CONF['html_title']!r}\n"
             "html_theme_options = dict(html_theme_options,\n"
             f"    search_bar_text={ZH_CONF['html_theme_options.search_bar_text']!r},\n"
@@ -286,6 +293,12 @@ def check(paths: list[str] | None = None) -> list[str]:
     found = []
     for po in catalogues(paths):
         maths = formulas(po)
+        source = source_of(po)
+        # Sphinx gives a table cell no line; the source's blocks have one.
+        places = {}
+        if source.exists():
+            for msgid, place, _ in source_blocks(source):
+                places.setdefault(msgid, place)
         for message in _i18n.read_catalogue(po):
             if not message.id:
                 continue
@@ -300,8 +313,8 @@ def check(paths: list[str] | None = None) -> list[str]:
                 formula=message.id in maths,
             ):
                 file, location = message.locations[0] if message.locations else ("?", 0)
-                source = file.replace("../../", "")
-                place = where(source, location)
+                file = file.replace("../../", "")
+                place = places.get(message.id) or where(source, location)
                 found.append(f"{_name(po)}.po ({source}, {place}): {message.id[:70]!r}: {problem}")
     return found
 

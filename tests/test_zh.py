@@ -214,6 +214,10 @@ def test_the_chinese_search_index_has_chinese_words():
     index = json.loads(text[text.index("(") + 1 : text.rindex(")")])
     chinese = [t for t in index["terms"] if re.search(r"[\u4e00-\u9fff]", t)]
     assert "注意力" in index["terms"] and len(chinese) > 100, len(chinese)
+    # The glossary's terms are words of the index (jieba alone splits 自注意力 into 自 +
+    # 注意力, and a search for 自注意力 would find nothing).
+    for term in ("自注意力", "交叉注意力", "软注意力", "注意力权重"):
+        assert term in index["terms"], term
 
 
 def test_translated_pages_show_the_translation():

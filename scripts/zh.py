@@ -55,6 +55,29 @@ def _run(cmd: list[str], **kw) -> None:
     subprocess.run(["nice", *[str(c) for c in cmd]], cwd=ROOT, check=True, **kw)
 
 
+# The parts' captions of the table of contents: sphinx-external-toc adds the toctrees to the
+# root page after Sphinx's translation step, so their captions, which the gettext builder
+# does extract (into the root page's catalogue), would stay English in the sidebar.
+CAPTIONS = """
+def _translate_captions(app, doctree):
+    from babel.messages.pofile import read_po
+    from sphinx import addnodes
+
+    po = _os.path.join(_ROOT, "locales", language, "LC_MESSAGES", app.env.docname + ".po")
+    if not _os.path.exists(po):
+        return
+    with open(po, "rb") as f:
+        done = {m.id: m.string for m in read_po(f) if m.id and m.string and not m.fuzzy}
+    for node in doctree.findall(addnodes.toctree):
+        if node.get("caption") in done:
+            node["caption"] = done[node["caption"]]
+
+
+def setup(app):
+    app.connect("doctree-read", _translate_captions)
+"""
+
+
 def sphinx_conf(chinese: bool = False) -> Path:
     """The Sphinx configuration Jupyter Book builds with (``jupyter-book config sphinx``),
     written to ``_build/.sphinx-conf[-zh]/conf.py`` with its paths made absolute, so that
@@ -97,8 +120,7 @@ def sphinx_conf(chinese: bool = False) -> Path:
             "# The glossary's terms are words of their own (自注意力, not 自 + 注意力), so a\n"
             "# search for a term finds it.\n"
             f"for _word in {words!r}:\n"
-            "    _jieba.add_word(_word)\n"
-            f"html_title = {ZH_CONF['html_title']!r}\n"
+            "    _jieba.add_word(_word)\n" + CAPTIONS + f"html_title = {ZH_CONF['html_title']!r}\n"
             "html_theme_options = dict(html_theme_options,\n"
             f"    search_bar_text={ZH_CONF['html_theme_options.search_bar_text']!r},\n"
             f"    extra_footer={ZH_CONF['html_theme_options.extra_footer']!r})\n"
@@ -209,7 +231,7 @@ def status(paths: list[str] | None = None) -> None:
         )
         rows.append((_name(po), len(messages), done, fuzzy, len(messages) - done - fuzzy, words))
     width = max(len(r[0]) for r in rows)
-    header = ("catalogue", "messages", "translated", "fuzzy", "missing", "words")
+    header = ("catalogue", "messages", "translated", "fuzzy", "missing", "en words")
     print(f"{header[0]:<{width}}  " + "  ".join(f"{h:>10}" for h in header[1:]))
     for row in rows:
         print(f"{row[0]:<{width}}  " + "  ".join(f"{v:>10}" for v in row[1:]))

@@ -202,6 +202,8 @@ def test_the_chinese_site_speaks_chinese():
     assert '<html lang="zh-CN"' in html
     for text in ("上一页", "下一页", "搜索本书", "颜色模式", "注意力机制：从对齐到 Transformer"):
         assert text in html, text
+    # the parts of the table of contents, in the sidebar (from book/intro.po)
+    assert "入门" in html and "Getting started" not in html
     for english in ("Search this book", "Color mode", "Previous</p>", "Next</p>"):
         assert english not in html, english
 

@@ -320,7 +320,10 @@ def problems(
             return ["a display formula changed: maths is never translated, copy it as it is"]
         return []
     if fuzzy:
-        return ["fuzzy: the English changed since it was translated; re-translate and clear it"]
+        return [
+            "fuzzy: the English changed since it was translated; re-translate it and delete "
+            "its `#, fuzzy` line"
+        ]
     if not msgstr.strip():
         return ["not translated"]
     found = []

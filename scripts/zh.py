@@ -335,7 +335,7 @@ def check(paths: list[str] | None = None) -> list[str]:
                 formula=message.id in maths,
             ):
                 file, location = message.locations[0] if message.locations else ("?", 0)
-                file = file.replace("../../", "")
+                file = file.replace("../../", "").replace(str(ROOT) + "/", "")
                 place = places.get(message.id) or where(source, location)
                 found.append(f"{_name(po)}.po ({source}, {place}): {message.id[:70]!r}: {problem}")
     return found

@@ -178,7 +178,15 @@ _CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 def _roles(text: str) -> list[str]:
-    return sorted(_ROLE.findall(text))
+    """Each role as its name and target: ``{doc}`chapter 16 <16_the_modern_block>``` is
+    ``{doc}16_the_modern_block``; its text (chapter 16) is prose and is translated."""
+    found = []
+    for role in _ROLE.findall(text):
+        name, body = role.split("`", 1)
+        body = body[:-1]
+        target = re.search(r"<([^<>]+)>$", body)
+        found.append(name + (target.group(1) if target else body))
+    return sorted(found)
 
 
 def _strip_markup(text: str) -> str:

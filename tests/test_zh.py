@@ -300,6 +300,9 @@ def test_lost_or_changed_code_maths_roles_and_links_fail():
     assert any(
         "roles/targets differ" in p for p in _problems(msgid, good.replace("source-", "src-"))
     )
+    assert any("roles/targets differ" in p for p in _problems(msgid, good.replace("{ref}", "")))
+    # A role's text is prose: it is translated; its target is not.
+    assert _problems(msgid, good.replace("`notes <", "`讲义 <")) == []
     link = "See [the paper](https://arxiv.org/abs/1706.03762) for details."
     assert _problems(link, "详见[论文](https://arxiv.org/abs/1706.03762)。") == []
     assert any("links differ" in p for p in _problems(link, "详见论文。"))

@@ -204,8 +204,19 @@ def test_the_chinese_site_speaks_chinese():
         assert text in html, text
     # the parts of the table of contents, in the sidebar (from book/intro.po)
     assert "入门" in html and "Getting started" not in html
-    for english in ("Search this book", "Color mode", "Previous</p>", "Next</p>"):
+    for english in (
+        "Search this book",
+        "Color mode",
+        "Previous</p>",
+        "Next</p>",
+        "Toggle primary sidebar",
+        "Link to this heading",
+    ):
         assert english not in html, english
+    assert "显示或隐藏主侧栏" in html
+    # The theme's tooltips made translatable (_templates/) still read as before in English.
+    english = (ZH_SITE.parent / "book" / "01_attention_over_sets.html").read_text("utf-8")
+    assert 'title="Toggle primary sidebar"' in english and '<html lang="en"' in english
 
 
 def test_the_chinese_search_index_has_chinese_words():

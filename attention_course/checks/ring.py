@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -25,6 +26,7 @@ from ._mistakes import says
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker, forbid_builtins
 from ._sizes import record_sizes
 from .logit_range import keep_float64_hint
+from .tiled import _NUMPY
 
 _STATE = ("m", "l", "acc")
 
@@ -533,8 +535,11 @@ def _ring_case(
             f"simulated_ring_attention({W} query shards {fmt_shape(shards[0][0].shape)}, key "
             f"shards, value shards {fmt_shape(shards[2][0].shape)}{flag})"
         )
+        refused = [(np, name) for name in _NUMPY] if guard else []
         with (
             forbid_builtins([(F, "scaled_dot_product_attention")], _NO_BUILTIN),
+            forbid_builtins(refused, _NO_NUMPY, package_may=True),
+            forbid_builtins([(torch, "from_numpy")] if guard else [], _NO_NUMPY, package_may=True),
             record_sizes() as largest,
         ):
             got = call_student(
@@ -583,6 +588,12 @@ def _ring_case(
 
     return run
 
+
+_NO_NUMPY = (
+    "do not use numpy in simulated_ring_attention: compute in PyTorch, because the size of "
+    "every tensor a simulated rank creates is part of the check (scores in numpy are still "
+    "scores)"
+)
 
 _NO_BUILTIN = (
     "do not call `F.scaled_dot_product_attention`: the task is the ring, each rank scoring "

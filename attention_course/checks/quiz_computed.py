@@ -839,7 +839,7 @@ def draw_ring_config(seed: int) -> tuple[int, int, int, int, int, int]:
         for index, mistakes in enumerate(_ring_cost_mistakes(*config)):
             values = [right[index], *(value for _, value in mistakes)]
             for i, a in enumerate(values):
-                if any(math.isclose(a, b, rel_tol=1e-6) for b in values[i + 1 :]):
+                if any(math.isclose(a, b, rel_tol=1e-4) for b in values[i + 1 :]):
                     return False
         return True
 
@@ -852,7 +852,7 @@ def _named(value: float, right: float, mistakes) -> str | None:
     found = [
         message
         for message, wrong in mistakes
-        if not math.isclose(wrong, right, rel_tol=1e-9) and math.isclose(value, wrong, rel_tol=1e-9)
+        if not math.isclose(wrong, right, rel_tol=1e-6) and math.isclose(value, wrong, rel_tol=1e-6)
     ]
     return found[0] if len(set(found)) == 1 else None
 
@@ -918,7 +918,8 @@ def _ring_cost_mistakes(B, H, T, W, Dh, nbytes):
 def ring_costs_cases(candidate: Callable) -> list[Case]:
     """Cases for ``ring_costs(B, H, T, W, Dh, bytes_per_number) -> (bytes_per_step,
     bytes_forward, busiest_fraction)``: bytes compared exactly (numpy and torch numbers
-    count as the numbers they hold), the fraction to a relative 1e-9."""
+    count as the numbers they hold), the fraction to a relative 1e-6 (float32's precision
+    passes: the known mistakes' fractions differ from the right one by far more)."""
 
     def run_with(config=None, seed=None):
         def run() -> str:
@@ -951,7 +952,7 @@ def ring_costs_cases(candidate: Callable) -> list[Case]:
                 else:
                     numbers.append(number)
             share = _as_number(got[2], f"{what}'s busiest_fraction")
-            if not math.isclose(share, fraction, rel_tol=1e-9, abs_tol=0.0):
+            if not math.isclose(share, fraction, rel_tol=1e-6, abs_tol=0.0):
                 text = f"busiest_fraction = {share:.6g}, expected another number"
                 named = _named(share, fraction, fractions)
                 if named:

@@ -288,3 +288,19 @@ def test_the_statements_say_keep_float64_and_quote_the_rules():
         assert text.count("Keep float64: no float32 round trip") == 2
         assert "not wrong, only wasteful" in text  # future blocks masked instead of skipped
         assert "`F.scaled_dot_product_attention`" in text
+
+
+def test_the_ring_and_tiled_references_are_absent_while_grading():
+    """Exercise 23 hands out no reference: in its build the package's ring and online
+    softmax, and the checkers' own merge and ring, are stubs."""
+    from attention_course.grading import absent
+
+    plan = absent.plan("23_ring_attention")
+    assert {"online_softmax_update", "tiled_attention", "tiled_attention_loop"} <= set(
+        plan.stubs["attention_course.tiled"]
+    )
+    assert {"ring_attention", "run_ring"} <= set(plan.stubs["attention_course.ring"])
+    assert {"merge_reference", "simulated_ring_reference", "block_state"} <= set(
+        plan.stubs["attention_course.checks.ring"]
+    )
+    assert "scaled_dot_product_attention" in plan.stubs["attention_course.attention"]

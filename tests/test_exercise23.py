@@ -216,7 +216,7 @@ def test_drawn_configurations_keep_every_mistake_distinct():
     for seed in range(200):
         config = draw_ring_config(seed)
         B, H, T, W, Dh, nbytes = config
-        assert T % W == 0 and B >= 2 and H >= 2 and W >= 3
+        assert T % W == 0 and B >= 3 and H >= 6 and W >= 3
         right = ring_costs_reference(*config)
         for index, mistakes in enumerate(_ring_cost_mistakes(*config)):
             values = [right[index], *(v for _, v in mistakes)]

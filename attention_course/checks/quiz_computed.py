@@ -819,8 +819,9 @@ def ring_costs_reference(B, H, T, W, Dh, bytes_per_number) -> tuple[int, int, fl
 
 
 def draw_ring_config(seed: int) -> tuple[int, int, int, int, int, int]:
-    """A configuration drawn from the run seed: B, H >= 2 (a count that leaves one out
-    shows), W in 3..8, n = T/W in 3..64, Dh a power of two, 2 or 4 bytes; redrawn
+    """A configuration drawn from the run seed: B in {3, 5}, H in 6..16 (a count that
+    leaves one out shows), W in 3..7, n = T/W in 3..64, Dh a power of two, 4 or 8 bytes
+    (float32, float64; the chapter's case has bfloat16's 2); redrawn
     (`_data.draw_until`) until every known mistake gives its own number, distinct from the
     right one and from every other mistake's, so a wrong answer is never named wrongly."""
 
@@ -830,9 +831,11 @@ def draw_ring_config(seed: int) -> tuple[int, int, int, int, int, int]:
         def pick(low: int, high: int) -> int:
             return int(torch.randint(low, high + 1, (1,), generator=gen))
 
-        B, H, W, n = pick(2, 4), pick(2, 16), pick(3, 8), pick(3, 64)
+        # B in {3, 5}, H >= 6, 4 or 8 bytes, W <= 7: leaving out B, H, the bytes or
+        # the value block divides by different numbers, and W differs from 8 (bits)
+        B, H, W, n = (3, 5)[pick(0, 1)], pick(6, 16), pick(3, 7), pick(3, 64)
         Dh = 2 ** pick(4, 7)
-        return B, H, W * n, W, Dh, (2, 4)[pick(0, 1)]
+        return B, H, W * n, W, Dh, (4, 8)[pick(0, 1)]
 
     def distinct(config) -> bool:
         right = ring_costs_reference(*config)

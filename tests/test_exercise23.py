@@ -304,3 +304,30 @@ def test_the_ring_and_tiled_references_are_absent_while_grading():
         plan.stubs["attention_course.checks.ring"]
     )
     assert "scaled_dot_product_attention" in plan.stubs["attention_course.attention"]
+
+
+def _merge_in_float32(state_a, state_b):
+    """The merge computed in float32 and cast back: right to float32's precision only."""
+    dtype = state_a[0].dtype
+    merged = ring.reference_merge(
+        tuple(t.float() for t in state_a), tuple(t.float() for t in state_b)
+    )
+    return tuple(t.to(dtype) for t in merged)
+
+
+def _ring_in_float32(query_shards, key_shards, value_shards, causal=False):
+    dtype = query_shards[0].dtype
+    shards = [[t.float() for t in x] for x in (query_shards, key_shards, value_shards)]
+    return [out.to(dtype) for out in ring.reference_ring(*shards, causal)]
+
+
+@pytest.mark.parametrize(
+    "check, wrong",
+    [(check_merge_partials, _merge_in_float32), (check_simulated_ring_attention, _ring_in_float32)],
+    ids=["merge", "ring"],
+)
+def test_a_float32_round_trip_fails_and_its_message_leads_with_the_rule(check, wrong):
+    report = check(wrong)
+    assert not report.passed
+    message = _first_failure(report).message
+    assert "\nHint: keep float64: no float32 round trip." in message, message

@@ -9,6 +9,11 @@ arXiv:2310.01889). The partial results merge exactly as chapter 12's tiles do, w
 running maximum, sum and weighted sum (:func:`attention_course.tiled.online_softmax_update`);
 no rank ever holds the whole sequence or the whole ``T x T`` score matrix.
 
+With a causal mask, contiguous shards leave the work unbalanced (rank ``r`` scores ``r + 1``
+of the ``W`` blocks); ``layout="striped"`` gives rank ``r`` the positions ``r, r + W, ...``
+instead and balances it (Brandon et al., 2023, "Striped Attention", arXiv:2311.09431).
+:func:`ring_work` counts each rank's work, and ``trace=`` records what a real run did.
+
 Communication is ``torch.distributed``'s point-to-point ``isend``/``irecv`` (gloo on CPU; the
 same code runs with nccl on GPUs); :func:`run_ring` starts the processes on this machine.
 """
@@ -150,6 +155,9 @@ def shard_sequence(x: torch.Tensor, rank: int, world_size: int, layout: str = "c
     ``(..., T/W, D)``.
     """
     _check_layout(layout)
+    check_positive_int("world_size", world_size)
+    if not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank: got {rank!r}, expected an int in 0..{world_size - 1}")
     T = x.shape[-2]
     if T % world_size:
         raise ValueError(f"x: got T={T} positions, expected a multiple of W={world_size} ranks")

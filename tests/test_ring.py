@@ -340,3 +340,5 @@ def test_layout_and_trace_are_validated():
         shard_sequence(torch.zeros(1, 5, 2), 0, 2)
     with pytest.raises(ValueError, match="world_size"):
         ring_work(0, 3)
+    with pytest.raises(ValueError, match="rank: got 2, expected an int in 0..1"):
+        shard_sequence(torch.zeros(1, 4, 2), 2, 2)

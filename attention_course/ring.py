@@ -14,8 +14,9 @@ of the ``W`` blocks); ``layout="striped"`` gives rank ``r`` the positions ``r, r
 instead and balances it (Brandon et al., 2023, "Striped Attention", arXiv:2311.09431).
 :func:`ring_work` counts each rank's work, and ``trace=`` records what a real run did.
 
-Communication is ``torch.distributed``'s point-to-point ``isend``/``irecv`` (gloo on CPU; the
-same code runs with nccl on GPUs); :func:`run_ring` starts the processes on this machine.
+Communication is ``torch.distributed``'s point-to-point ``isend``/``irecv`` (gloo on CPU, the
+only backend this package tests: nothing here is specific to gloo, but nccl is untested);
+:func:`run_ring` starts the processes on this machine.
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ def ring_attention(
     ``causal``: query ``i`` sees key ``j`` when ``j <= i`` (global positions). A block from a
     later rank lies wholly in the future of every local query and is skipped (it is still
     passed on); the rank's own block gets a triangular mask; earlier blocks are seen whole.
-    Rank ``r`` therefore scores ``r + 1`` blocks: the last rank works ``W`` times as much as
-    the first.
+    Rank ``r`` therefore scores ``r + 1`` tiles: counted in tiles, as this code computes them,
+    the last rank works ``W`` times as much as the first; counted in unmasked query-key pairs
+    (:func:`ring_work`), ``r n^2 + n(n+1)/2`` for ``n = T/W``, a ratio that tends to ``2W - 1``.
 
     ``layout="striped"``: rank ``r`` holds positions ``r, r + W, r + 2W, ...`` instead
     (Brandon et al., 2023, "Striped Attention: Faster Ring Attention for Causal

@@ -80,9 +80,10 @@ def ring_attention(
     ``trace``: a list to which each forward step appends a dict with what this rank did:
     ``step``, ``source`` (the rank the block came from), ``scored`` (False: skipped as wholly
     in the future), ``scores`` (score entries computed, ``B*H*(T/W)^2`` or 0), ``unmasked``
-    (of those, the ones not masked) and ``bytes_sent`` (the bytes of the key and value
-    blocks handed to ``isend`` at that step; 0 at the last step). Counted from the tensors
-    the ring computes and sends, not from a formula.
+    (of those, the ones not masked) and ``bytes_sent`` (the bytes of the tensors handed to
+    ``isend`` at that step, summed over the send operations themselves: the key and value
+    blocks, in the compute dtype, float32 for bfloat16/float16 inputs; 0 at the last step).
+    Counted from the tensors the ring computes and sends, not from a formula.
 
     Differentiable: the backward pass is a second trip around the ring. Each key/value block
     travels with its gradient accumulators; every rank adds its queries' contribution, and
@@ -90,7 +91,11 @@ def ring_attention(
     block. Each rank gets the gradients of its own shards.
 
     Per rank, memory: its shards, one incoming key/value block and one
-    ``(B, H, T/W, T/W)`` tile of scores. Each of the ``W - 1`` forward steps sends
+    ``(B, H, T/W, T/W)`` block of scores, computed in one piece. Liu et al. also compute each
+    rank's block blockwise (chapter 12's tiling, their "Blockwise" Transformers), so that no
+    ``(T/W)^2`` block exists at long contexts; this function is the ring without that inner
+    loop, fine at the sizes a CPU test uses (at ``T = 2^20``, ``W = 8``, ``H = 32`` the block
+    alone is 2 TiB in float32). Each of the ``W - 1`` forward steps sends
     ``B * H * (T/W) * (Dk + Dv)`` numbers (a key and a value block), whether or not the
     block is scored; the backward sends the blocks ``W - 1`` times and their gradients
     ``W`` times.
@@ -244,14 +249,19 @@ def _neighbours(group) -> tuple[int, int, int, int]:
 
 def _start_pass(tensors, send_to: int, recv_from: int, group, first_tag: int = 0):
     """Send ``tensors`` to ``send_to`` and receive as many of the same shapes from
-    ``recv_from``, without waiting. Returns ``(requests, received)``; the received tensors
-    are valid after every request's ``wait()``. Each tensor gets its own tag (from
-    ``first_tag``), so that messages in flight at the same time are never confused."""
+    ``recv_from``, without waiting. Returns ``(requests, received, bytes_sent)``; the
+    received tensors are valid after every request's ``wait()``; ``bytes_sent`` sums
+    ``numel * element_size`` over the tensors of the ``isend`` operations handed to
+    ``batch_isend_irecv`` (the payload, not the backend's framing on the wire). Each tensor
+    gets its own tag (from ``first_tag``), so that messages in flight at the same time are
+    never confused."""
     received = [torch.empty_like(t) for t in tensors]
     tags = range(first_tag, first_tag + len(tensors))
     ops = [dist.P2POp(dist.isend, t, send_to, group, tag=i) for i, t in zip(tags, tensors)]
     ops += [dist.P2POp(dist.irecv, t, recv_from, group, tag=i) for i, t in zip(tags, received)]
-    return dist.batch_isend_irecv(ops), received
+    sends = [op.tensor for op in ops if op.op is dist.isend]
+    bytes_sent = sum(t.numel() * t.element_size() for t in sends)
+    return dist.batch_isend_irecv(ops), received, bytes_sent
 
 
 def _finish_pass(requests) -> None:
@@ -299,15 +309,13 @@ class _RingAttention(torch.autograd.Function):
         acc = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=compute, device=q.device)
         for step in range(world):
             src = (rank - step) % world  # the rank whose block we hold at this step
+            sent = 0  # the last step sends nothing
             if step < world - 1:  # pass the block on while we score it
-                requests, (k_next, v_next) = _start_pass([k, v], send_to, recv_from, group)
+                requests, (k_next, v_next), sent = _start_pass([k, v], send_to, recv_from, group)
             s = _block_scores(q_scaled, k, rank, src, causal, layout)
             if s is not None:
                 m, l, acc = online_softmax_update(m, l, acc, s, v)  # noqa: E741
             if trace is not None:
-                sent = (k.numel() * k.element_size() + v.numel() * v.element_size()) * (
-                    step < world - 1
-                )
                 trace.append(
                     {
                         "step": step,
@@ -343,7 +351,7 @@ class _RingAttention(torch.autograd.Function):
         for step in range(world):
             src = (rank - step) % world
             if step < world - 1:
-                requests, (k_next, v_next) = _start_pass([k, v], send_to, recv_from, group)
+                requests, (k_next, v_next), _ = _start_pass([k, v], send_to, recv_from, group)
             s = _block_scores(q_scaled, k, rank, src, causal, layout)
             if s is not None:
                 p = torch.exp(s - lse)  # this block's softmax weights, from the saved L
@@ -354,7 +362,7 @@ class _RingAttention(torch.autograd.Function):
             # The accumulators follow their block; after the last step one more pass brings
             # every block's dK, dV home (W passes in all; none for a group of one).
             if world > 1:
-                grad_requests, (grad_k, grad_v) = _start_pass(
+                grad_requests, (grad_k, grad_v), _ = _start_pass(
                     [grad_k, grad_v], send_to, recv_from, group, first_tag=2
                 )
                 _finish_pass(grad_requests)
@@ -404,7 +412,9 @@ def run_calls(calls: list) -> list:
 
 
 def _free_port() -> int:
-    """A TCP port that is free on the loopback interface now (the OS picks it)."""
+    """A TCP port that is free on the loopback interface now (the OS picks it). Another
+    process may take it before rank 0 binds it: :func:`run_ring` then starts again with a
+    new port (:class:`_PortTaken`)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -458,6 +468,13 @@ def _worker(rank, world_size, port, backend, timeout, fn, args, results) -> None
     os._exit(0)
 
 
+PORT_ATTEMPTS = 3  # launches run_ring tries when the port it chose is taken meanwhile
+
+
+class _PortTaken(RuntimeError):
+    """A launch failed because its ``MASTER_PORT`` was in use when rank 0 bound it."""
+
+
 def run_ring(
     fn: Callable,
     world_size: int,
@@ -484,12 +501,28 @@ def run_ring(
     If a worker raises, the others are stopped and ``RuntimeError`` carries that worker's
     rank and traceback; a worker that dies without a word, or a run longer than ``timeout``
     seconds, also raises. No process is left behind.
+
+    The port is chosen free in this process, then bound by rank 0 seconds later; if another
+    process took it meanwhile (the group fails with ``EADDRINUSE``), the workers are stopped
+    and the launch starts again with a new port, ``PORT_ATTEMPTS`` launches in all
+    (``timeout`` applies to each).
     """
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise ValueError(f"world_size: got {world_size!r}, expected a positive int")
+    for attempt in range(PORT_ATTEMPTS):
+        try:
+            return _launch(fn, world_size, args, backend, timeout, _free_port())
+        except _PortTaken:
+            if attempt == PORT_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _launch(fn: Callable, world_size: int, args: tuple, backend: str, timeout: float, port: int):
+    """One launch of :func:`run_ring` on ``port``; raises :class:`_PortTaken` when a worker
+    failed because the port was in use."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = _free_port()
     workers = [
         ctx.Process(
             target=_worker,
@@ -530,7 +563,10 @@ def run_ring(
                 failures[rank] = (when, payload)
                 grace_end = min(grace_end, time.monotonic() + 2.0)
         if failures:
-            raise RuntimeError(_failure_message(failures, world_size))
+            message = _failure_message(failures, world_size)
+            if any("EADDRINUSE" in trace for _, trace in failures.values()):
+                raise _PortTaken(message)
+            raise RuntimeError(message)
         for w in workers:
             w.join(timeout=5.0)
     finally:

@@ -8,6 +8,8 @@ world size runs every case and returns the numbers; the asserts run here, in the
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -79,6 +81,19 @@ def _every_case() -> dict:
     results["contiguous trace"] = run_calls(
         [(ring_attention_worker, (q, k, v), {"causal": True, "trace": True})]
     )[0][1]
+    # bfloat16 inputs: the ring computes, and so sends, float32 blocks.
+    q, k, v, _ = _inputs(world, 1, 2, 4, 8, 8, torch.bfloat16, 7)
+    results["bfloat16 trace"] = ring_attention_worker(q, k, v, True, trace=True)[1]
+    # _start_pass counts the bytes of the tensors it hands to isend, whatever they are.
+    _, _, send_to, recv_from = ring_module._neighbours(None)
+    payload = [
+        torch.ones(3, dtype=torch.float64),
+        torch.ones(2, 5),
+        torch.ones(4, dtype=torch.long),
+    ]
+    requests, received, sent = ring_module._start_pass(payload, send_to, recv_from, None, 10)
+    ring_module._finish_pass(requests)
+    results["start_pass"] = (sent, [x.tolist() for x in received])
     # The notebook's form: every rank gets the whole tensors and keeps its shard.
     q, k, v, _ = _inputs(world, 2, 2, 3, 4, 3, torch.float32, 5)
     results["package worker"] = ring_attention_worker(q, k, v, True)
@@ -278,6 +293,59 @@ def test_trace_counts_the_work_and_the_bytes(ring_results):
     # float32: 4 bytes a number
     steps = results[0]["striped causal float32 trace"]
     assert steps[0]["bytes_sent"] == 1 * 2 * 4 * (8 + 8) * 4
+    # bfloat16 inputs are computed and sent in float32: twice bfloat16's 2 bytes a number
+    for r in range(world):
+        sent = [s["bytes_sent"] for s in results[r]["bfloat16 trace"]]
+        assert sent == [1 * 2 * 4 * (8 + 8) * 4] * (world - 1) + [0]
+
+
+@pytest.mark.slow
+def test_start_pass_counts_the_tensors_it_sends(ring_results):
+    """bytes_sent is read off the isend operations: 3 float64 + 10 float32 + 4 int64
+    numbers = 24 + 40 + 32 bytes, and the tensors arrive."""
+    world, results = ring_results
+    for r in range(world):
+        sent, received = results[r]["start_pass"]
+        assert sent == 3 * 8 + 10 * 4 + 4 * 8
+        assert received == [[1.0] * 3, [[1.0] * 5] * 2, [1] * 4]
+
+
+def _port_taken_first(monkeypatch):
+    """Make run_ring's first port one that a listening socket already holds; later ports
+    are free. Returns the socket and the list of ports handed out."""
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = []
+    real = ring_module._free_port
+
+    def next_port():
+        ports.append(taken.getsockname()[1] if not ports else real())
+        return ports[-1]
+
+    monkeypatch.setattr(ring_module, "_free_port", next_port)
+    return taken, ports
+
+
+@pytest.mark.slow
+def test_run_ring_retries_when_its_port_is_taken(monkeypatch):
+    """Another process binds the port between _free_port and rank 0's TCPStore: the launch
+    fails with EADDRINUSE, and run_ring starts again on a new port."""
+    taken, ports = _port_taken_first(monkeypatch)
+    with taken:
+        assert run_ring(run_calls, 2, [], timeout=60.0) == [[], []]
+    assert len(ports) == 2 and ports[0] != ports[1]
+
+
+@pytest.mark.slow
+def test_run_ring_gives_up_after_port_attempts(monkeypatch):
+    """With every attempt's port taken, the error says so (EADDRINUSE), after
+    PORT_ATTEMPTS launches (one here)."""
+    monkeypatch.setattr(ring_module, "PORT_ATTEMPTS", 1)
+    taken, ports = _port_taken_first(monkeypatch)
+    with taken, pytest.raises(RuntimeError, match="EADDRINUSE"):
+        run_ring(run_calls, 2, [], timeout=60.0)
+    assert len(ports) == 1
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4, 8])

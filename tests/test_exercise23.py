@@ -80,26 +80,28 @@ def test_simulated_ring_equals_full_attention(W, causal):
         torch.testing.assert_close(got, full, rtol=1e-12, atol=1e-12)
 
 
-def test_the_rings_mask_counts_chapter_23s_pairs():
-    """The reference ring scores r n^2 + n(n+1)/2 unmasked pairs on rank r (chapter 23)."""
+def test_the_rings_mask_counts_chapter_23s_pairs(monkeypatch):
+    """The reference ring's masking rule (skip later blocks, a triangle on the own block)
+    leaves r n^2 + n(n+1)/2 unmasked pairs on rank r: chapter 23's count, and the package's
+    ``ring_work`` (what the quiz's busiest_fraction is made of)."""
+    import attention_course.checks.ring as checks_ring
+
     W, n = 4, 5
-    ones = [torch.ones(1, n, 1, dtype=torch.float64) for _ in range(W)]
-    counted = [0] * W
+    seen = []  # (rank, unmasked pairs) of every block the ring scores, in order
 
-    def counting(state_a, state_b):
-        return merge_reference(state_a, state_b)
+    def recording(scores, values):
+        seen.append(int(torch.isfinite(scores).sum()))
+        return block_state(scores, values)
 
-    for r in range(W):
-        for t in range(W):
-            s = (r - t) % W
-            if s > r:
-                continue
-            scores = ones[r] @ ones[s].mT
-            if s == r:
-                scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -math.inf)
-            counted[r] += int(torch.isfinite(scores).sum())
+    monkeypatch.setattr(checks_ring, "block_state", recording)
+    shards = [torch.zeros(1, n, 1, dtype=torch.float64) for _ in range(W)]
+    simulated_ring_reference(shards, shards, shards, True)
+    # rank r scores r + 1 blocks (its own, then the earlier ranks'), rank after rank
+    starts = [r * (r + 1) // 2 for r in range(W + 1)]
+    counted = [sum(seen[starts[r] : starts[r + 1]]) for r in range(W)]
+    assert len(seen) == starts[W]
     assert counted == [r * n * n + n * (n + 1) // 2 for r in range(W)]
-    assert sum(counted) == W * n * (W * n + 1) // 2
+    assert counted == [w["unmasked"] for w in ac.ring_work(W, n)]
 
 
 # ---------------------------------------------------------------- verdicts

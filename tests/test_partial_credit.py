@@ -134,6 +134,20 @@ NOT_DEGENERATE: dict[tuple[str, str], str] = {
     ("moe", "transposed"): "the answer is a tuple (out, router_logits), not square",
     ("load_balancing_loss", "input"): "the answer is a scalar: no argument has its shape",
     ("load_balancing_loss", "transposed"): "the answer is a scalar (0-d)",
+    # exercise 23
+    ("merge_partials", "input"): "the answer is a tuple (m, l, acc), the arguments tuples",
+    (
+        "merge_partials",
+        "transposed",
+    ): "the answer is a tuple with non-square parts (m and l are (..., T, 1))",
+    (
+        "simulated_ring_attention",
+        "input",
+    ): "the answer is a list of W shards, the arguments lists",
+    (
+        "simulated_ring_attention",
+        "transposed",
+    ): "the shards (..., n, Dv) are square only where n = Dv",
 }
 
 

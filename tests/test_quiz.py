@@ -487,7 +487,26 @@ MODES = {
             "a published size (Mixtral 8x7B)": (D, F, E, k) == (4096, 14336, 8, 2),
         },
     ),
+    # chapter 23: a ring's bytes and its busiest rank's share, the chapter's layer and draws
+    "23.ring_costs": (
+        lambda B, H, T, W, Dh, nbytes: _ring_costs(B, H, T, W, Dh, nbytes),
+        lambda B, H, T, W, Dh, nbytes: {
+            "the chapter's layer (B = 1, 2**20 tokens, bfloat16)": (B, T, nbytes) == (1, 2**20, 2),
+            "B > 1 and H > 1 (a count left out shows)": B > 1 and H > 1,
+            "W > 2 (W and W - 1 sends differ by more than one step)": W > 2,
+            "4 bytes a number": nbytes == 4,
+        },
+    ),
 }
+
+
+def _ring_costs(B, H, T, W, Dh, nbytes):
+    """Chapter 23's formulas written out again: per step a key and a value block of
+    B H (T/W) Dh numbers, W - 1 sends, the last rank's (W - 1) n^2 + n(n+1)/2 pairs of
+    T(T+1)/2."""
+    n = T // W
+    step = 2 * B * H * n * Dh * nbytes
+    return step, (W - 1) * step, ((W - 1) * n * n + n * (n + 1) / 2) / (T * (T + 1) / 2)
 
 
 def test_every_computed_question_declares_its_modes():

@@ -689,6 +689,108 @@ MISTAKES: dict[str, str] = {
         "no gradient reaches router_logits: P must stay in the graph (no `.detach()`, "
         "`.item()` or numpy); only f, the hard counts, carries none"
     ),
+    # ---- ring attention simulated on one process (exercise 23): the merge, then the ring
+    "ring-merge-held-not-rescaled": (
+        "the sums already held are not rescaled (the new maximum only): l_a and acc_a were "
+        "measured against m_a, so multiply them by e^{m_a - m} as well as l_b, acc_b by "
+        "e^{m_b - m}, m = max(m_a, m_b); without it the answer is wrong in every row whose "
+        "maximum the other block raised"
+    ),
+    "ring-merge-incoming-not-rescaled": (
+        "the incoming block's sums are not rescaled: l_b and acc_b were measured against "
+        "m_b, so multiply them by e^{m_b - m}, m = max(m_a, m_b), as you do l_a and acc_a"
+    ),
+    "ring-merge-not-rescaled": (
+        "the sums are not rescaled at all (l_a + l_b, acc_a + acc_b): each was measured "
+        "against its own maximum, numbers in different units; multiply each by "
+        "e^{m_own - m}, m = max(m_a, m_b), before adding"
+    ),
+    "ring-merge-sum-not-rescaled": (
+        "l is not rescaled: you rescale acc_a and acc_b but add l_a + l_b as they are; "
+        "l = e^{m_a - m} l_a + e^{m_b - m} l_b"
+    ),
+    "ring-merge-acc-not-rescaled": (
+        "acc is not rescaled: you rescale l_a and l_b but add acc_a + acc_b as they are; "
+        "acc = e^{m_a - m} acc_a + e^{m_b - m} acc_b (both sums, or acc / l is wrong)"
+    ),
+    "ring-merge-rescale-inverted": (
+        "the rescaling factors are inverted: e^{m - m_a} instead of e^{m_a - m} (each "
+        "factor is at most 1, since m is the larger maximum)"
+    ),
+    "ring-merge-divided": (
+        "acc comes back divided by l: the merge returns the unnormalised sum acc, and the "
+        "ring divides acc / l once, after the last block (dividing inside the merge "
+        "divides twice)"
+    ),
+    "ring-merge-lse-for-max": (
+        "m comes back as the row's log-sum-exp, log(e^{m_a} l_a + e^{m_b} l_b), with l = 1 "
+        "and acc the normalised output: that is the (output, log-sum-exp) form of other "
+        "ring codes; the chapter's state keeps m = max(m_a, m_b) and the unnormalised sums "
+        "l and acc measured against it"
+    ),
+    "ring-merge-logsumexp-of-maxima": (
+        "m is log(e^{m_a} + e^{m_b}), the log-sum-exp of the two maxima: the merged m is "
+        "their maximum, max(m_a, m_b), and the sums are measured against it"
+    ),
+    "ring-merge-max-of-incoming": (
+        "m is the incoming block's maximum m_b: the merged m is the larger of the two, "
+        "max(m_a, m_b) (with m_b smaller, e^{m_a - m_b} overflows for scores far apart)"
+    ),
+    "ring-merge-empty-nan": (
+        "a row empty in both states gives NaN: its m is -inf in both, and e^{-inf - (-inf)} "
+        "is NaN; measure the exponents from 0 where m is -inf "
+        "(`torch.where(torch.isneginf(m), 0, m)`), so that the row stays m = -inf, l = 0, "
+        "acc = 0 (in a causal ring, a block wholly in a row's future is such a row)"
+    ),
+    "ring-merge-empty-max-zero": (
+        "a row empty in both states comes back with m = 0: read -inf as 0 only for the "
+        "exponents, and return m = max(m_a, m_b) = -inf (or the dtype's most negative "
+        "number) with l = 0 and acc = 0"
+    ),
+    "ring-own-block-skipped": (
+        "each rank's own key/value block is skipped: at step t = 0 a rank holds its own "
+        "block (positions rn .. rn + n - 1) and must score it first; over the W steps it "
+        "sees the W blocks, each once"
+    ),
+    "ring-own-block-twice": (
+        "each rank's own block is counted twice (merged at the start and again in the "
+        "loop, or W + 1 steps): W steps, t = 0 .. W - 1, each block once"
+    ),
+    "ring-last-block-missing": (
+        "the last block is never merged: the blocks are *passed* W - 1 times, but a rank "
+        "scores W blocks (its own, then the W - 1 it receives); loop t = 0 .. W - 1"
+    ),
+    "ring-causal-ignored": (
+        "causal=True is ignored: with the mask, rank r skips the blocks of later ranks "
+        "(wholly in its queries' future) and masks its own block to a triangle, j <= i"
+    ),
+    "ring-block-source-reversed": (
+        "the block a rank holds at step t is labelled (r + t) mod W, but blocks travel from "
+        "rank r - 1 to rank r: at step t rank r holds the block of rank (r - t) mod W, and "
+        "the mask's offsets must come from that rank (at W = 2 the two agree, from W = 3 "
+        "they do not)"
+    ),
+    "ring-mask-local-positions": (
+        "the causal mask compares positions inside the block (i and j) instead of the "
+        "sequence positions (rn + i against sn + j, s the rank whose block it is): every "
+        "block gets a triangle, but a block from an earlier rank is wholly in the past and "
+        "is seen whole"
+    ),
+    "ring-future-blocks-unmasked": (
+        "the blocks of later ranks are scored without a mask: they lie wholly in the "
+        "queries' future, so skip them (or mask them fully, which merges an empty block "
+        "and costs the same work for nothing)"
+    ),
+    "ring-diagonal-unmasked": (
+        "the rank's own block is not masked: in it query i sees key j only when j <= i "
+        "(the same positions), a triangle with its diagonal"
+    ),
+    "ring-holds-more-than-a-tile": (
+        "your code creates a tensor of {elements} elements ({shape}, made by {op}), more "
+        "than the {limit} of the whole inputs or one rank's n x n tile of scores (times the "
+        "head width): a simulated rank scores one block at a time and merges it, never its "
+        "row of T scores, the T x T scores or all ranks at once"
+    ),
 }
 """Every mistake by id: its message, a ``str.format`` template where it has ``{fields}``."""
 

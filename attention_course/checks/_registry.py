@@ -41,6 +41,7 @@ from .multihead import check_merge_heads, check_multi_head_attention, check_spli
 from .norms import check_batch_norm, check_layer_norm
 from .positional import check_sinusoidal_positional_encoding
 from .relative_positions import check_alibi_slopes, check_apply_rope  # chapter 14
+from .ring import check_merge_partials, check_simulated_ring_attention  # exercise 23
 from .rolling_cache import check_rolling_update  # exercise 15
 from .sampling import check_filter_logits
 from .tiled import check_online_softmax_update, check_tiled_attention_loop  # chapter 12
@@ -89,6 +90,7 @@ _BY_EXERCISE: dict[str | None, tuple[Callable, ...]] = {
     ),
     "20_logits_in_range": (check_qk_norm_attention, check_softcap_attention),
     "21_mixture_of_experts": (check_moe, check_load_balancing_loss),
+    "23_ring_attention": (check_merge_partials, check_simulated_ring_attention),
 }
 
 REGISTRY: tuple[Checker, ...] = tuple(

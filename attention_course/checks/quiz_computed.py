@@ -798,6 +798,188 @@ def moe_parameters_cases(candidate: Callable) -> list[Case]:
     return [Case(name, run_with(c)) for name, c in zip(names, MOE_CONFIGS, strict=True)]
 
 
+# ---------------------------------------------------------------- chapter 23: ring costs
+
+# The chapter's long-context layer (B = 1, H = 32, T = 2**20 tokens on W = 8 ranks,
+# Dh = 128, bfloat16): 2 GiB per rank per step.
+RING_CHAPTER_CONFIG = (1, 32, 2**20, 8, 128, 2)
+
+
+def ring_costs_reference(B, H, T, W, Dh, bytes_per_number) -> tuple[int, int, float]:
+    """(bytes one rank sends per forward step, the bytes it sends in the whole forward
+    pass, the share of the causal work (unmasked query-key pairs) its busiest rank does in
+    the contiguous layout), chapter 23's formulas with Dk = Dv = Dh: a key block and a value
+    block of ``B H (T/W) Dh`` numbers each per step, at every step but the last (W - 1
+    sends); rank r works on ``r n^2 + n(n+1)/2`` pairs (n = T/W), all ranks on
+    ``T(T+1)/2``, the last rank the most."""
+    n = T // W
+    per_step = 2 * B * H * n * Dh * bytes_per_number
+    busiest = (W - 1) * n * n + n * (n + 1) // 2
+    return per_step, (W - 1) * per_step, busiest / (T * (T + 1) / 2)
+
+
+def draw_ring_config(seed: int) -> tuple[int, int, int, int, int, int]:
+    """A configuration drawn from the run seed: B in {3, 5}, H in 6..16 (a count that
+    leaves one out shows), W in 3..7, n = T/W in 3..64, Dh a power of two, 4 or 8 bytes
+    (float32, float64; the chapter's case has bfloat16's 2); redrawn
+    (`_data.draw_until`) until every known mistake gives its own number, distinct from the
+    right one and from every other mistake's, so a wrong answer is never named wrongly."""
+
+    def draw(name: int):
+        gen = _data.generator(name)
+
+        def pick(low: int, high: int) -> int:
+            return int(torch.randint(low, high + 1, (1,), generator=gen))
+
+        # B in {3, 5}, H >= 6, 4 or 8 bytes, W <= 7: leaving out B, H, the bytes or
+        # the value block divides by different numbers, and W differs from 8 (bits)
+        B, H, W, n = (3, 5)[pick(0, 1)], pick(6, 16), pick(3, 7), pick(3, 64)
+        Dh = 2 ** pick(4, 7)
+        return B, H, W * n, W, Dh, (4, 8)[pick(0, 1)]
+
+    def distinct(config) -> bool:
+        right = ring_costs_reference(*config)
+        for index, mistakes in enumerate(_ring_cost_mistakes(*config)):
+            values = [right[index], *(value for _, value in mistakes)]
+            for i, a in enumerate(values):
+                if any(math.isclose(a, b, rel_tol=1e-4) for b in values[i + 1 :]):
+                    return False
+        return True
+
+    return _data.draw_until(draw, distinct, seed)
+
+
+def _named(value: float, right: float, mistakes) -> str | None:
+    """The message of the one known mistake whose number ``value`` is; None where it is
+    none, the right number, or the number of two mistakes (naming one would be a guess)."""
+    found = [
+        message
+        for message, wrong in mistakes
+        if not math.isclose(wrong, right, rel_tol=1e-6) and math.isclose(value, wrong, rel_tol=1e-6)
+    ]
+    return found[0] if len(set(found)) == 1 else None
+
+
+def _ring_cost_mistakes(B, H, T, W, Dh, nbytes):
+    step, total, fraction = ring_costs_reference(B, H, T, W, Dh, nbytes)
+    n = T // W
+    pairs = [(W - 1) * n * n + n * (n + 1) / 2, n * (n + 1) / 2]  # busiest, least busy
+    sends = [
+        ("only the key block is counted: the value block travels too, K and V", step // 2),
+        ("the queries are counted as travelling too: only K and V move, Q stays", step * 3 // 2),
+        ("the whole sequence's T positions: a block holds the T/W positions of one rank", step * W),
+        ("bits, not bytes: multiply by the bytes per number, not 8 times that", step * 8),
+        ("the bytes per number are missing: numbers times bytes_per_number", step // nbytes),
+        ("the batch size B is missing: a block holds B * H * (T/W) * Dh numbers", step // B),
+        ("the heads H are missing: a block holds B * H * (T/W) * Dh numbers", step // H),
+    ]
+    totals = [
+        (
+            "W sends in the forward pass: the last step sends nothing (the block would only "
+            "come home), W - 1 sends",
+            W * step,
+        ),
+        (
+            "the bytes of all W ranks: the question asks what one rank sends, (W - 1) times "
+            "the bytes per step",
+            W * (W - 1) * step,
+        ),
+        ("one step only: the forward pass sends W - 1 times", step),
+    ]
+    fractions = [
+        (
+            "counted in blocks (W of W(W+1)/2): count unmasked query-key pairs, the last "
+            "rank's (W - 1) n^2 + n(n+1)/2 of T(T+1)/2",
+            2 / (W + 1),
+        ),
+        (
+            "the diagonal blocks counted as n^2/2 pairs: a triangle with its diagonal has n(n+1)/2",
+            (2 * W - 1) / W**2,
+        ),
+        ("1/W is a balanced ring: the contiguous causal ring is not", 1 / W),
+        (
+            "this is the busiest rank's work over the least busy rank's (chapter 23's "
+            "printed ratio): the question asks for its share of all the ranks' work",
+            pairs[0] / pairs[1],
+        ),
+        (
+            "divided by T^2, every pair: the causal work is the T(T+1)/2 unmasked pairs",
+            pairs[0] / T**2,
+        ),
+        (
+            "divided by T^2/2: the causal work is T(T+1)/2 pairs, the diagonal included",
+            pairs[0] / (T * T / 2),
+        ),
+        (
+            "the least busy rank's share (rank 0): the busiest is the last rank",
+            pairs[1] / (T * (T + 1) / 2),
+        ),
+    ]
+    return sends, totals, fractions
+
+
+def ring_costs_cases(candidate: Callable) -> list[Case]:
+    """Cases for ``ring_costs(B, H, T, W, Dh, bytes_per_number) -> (bytes_per_step,
+    bytes_forward, busiest_fraction)``: bytes compared exactly (numpy and torch numbers
+    count as the numbers they hold), the fraction to a relative 1e-6 (float32's precision
+    passes: the known mistakes' fractions differ from the right one by far more)."""
+
+    def run_with(config=None, seed=None):
+        def run() -> str:
+            B, H, T, W, Dh, nbytes = config or draw_ring_config(seed)
+            args = (B, H, T, W, Dh, nbytes)
+            what = f"{answer_name(candidate)}{args}"
+            raw = call_student(candidate, *args, what=what)
+            if _is_vector(raw):
+                raw = tuple(raw)
+            got = expect_tuple(
+                raw, 3, what, ("bytes_per_step", "bytes_forward", "busiest_fraction")
+            )
+            step, total, fraction = ring_costs_reference(*args)
+            sends, totals, fractions = _ring_cost_mistakes(*args)
+            problems, numbers = [], []
+            for name, value, right, mistakes in (
+                ("bytes_per_step", got[0], step, sends),
+                ("bytes_forward", got[1], total, totals),
+            ):
+                number = _whole_number(value, f"{what}'s {name}")
+                if number != right:
+                    text = f"{name} = {show(number)}, expected another number"
+                    named = _named(number, right, mistakes)
+                    if named:
+                        text += f"\nLikely mistake: {named}."
+                    elif name == "bytes_forward" and number == (W - 1) * numbers[0] != total:
+                        text += "\nHint: it is W - 1 times your bytes_per_step, the number to fix"
+                    numbers.append(number)
+                    problems.append(text)
+                else:
+                    numbers.append(number)
+            share = _as_number(got[2], f"{what}'s busiest_fraction")
+            if not math.isclose(share, fraction, rel_tol=1e-6, abs_tol=0.0):
+                text = f"busiest_fraction = {share:.6g}, expected another number"
+                named = _named(share, fraction, fractions)
+                if named:
+                    text += f"\nLikely mistake: {named}."
+                elif share > 1:
+                    text += "\nHint: a share of the work is at most 1."
+                problems.append(text)
+            if problems:
+                raise CaseFailed(f"{what}: " + "\n".join(problems))
+            return f"{step:,} bytes a step, {total:,} forward, busiest share {fraction:.4f}"
+
+        return run
+
+    return [
+        Case(
+            "chapter 23's layer: B=1, H=32, T=2**20, W=8, Dh=128, bfloat16 (2 bytes)",
+            run_with(config=RING_CHAPTER_CONFIG),
+        ),
+        Case("a configuration drawn from the run seed", run_with(seed=2501)),
+        Case("another drawn configuration", run_with(seed=2511)),
+        Case("a third drawn configuration", run_with(seed=2521)),
+    ]
+
+
 CASES: dict[str, Callable[[Callable], list[Case]]] = {
     "chosen_beta": chosen_beta_cases,
     "dot_product_attention": dot_product_attention_cases,
@@ -805,6 +987,7 @@ CASES: dict[str, Callable[[Callable], list[Case]]] = {
     "mistral_cache_bytes": mistral_cache_bytes_cases,
     "rope_attention": rope_attention_cases,  # chapter 14
     "moe_parameters": moe_parameters_cases,  # chapter 21
+    "ring_costs": ring_costs_cases,  # chapter 23
 }
 """The computed questions' cases by name, as the question bank names them."""
 
@@ -815,3 +998,4 @@ check_dot_product_attention = checker("dot_product_attention")(dot_product_atten
 check_masked_mean_pool = checker("masked_mean_pool")(masked_mean_pool_cases)
 check_rope_attention = checker("rope_attention")(rope_attention_cases)  # chapter 14
 check_moe_parameters = checker("moe_parameters")(moe_parameters_cases)  # chapter 21
+check_ring_costs = checker("ring_costs")(ring_costs_cases)  # chapter 23

@@ -28,6 +28,7 @@ from . import (
     multihead,
     norms,
     relative_positions,
+    ring,
     rolling_cache,
     sampling,
     tiled,
@@ -93,6 +94,9 @@ REFERENCES = {
     # exercise 21
     "moe": ac.MoE,
     "load_balancing_loss": ac.load_balancing_loss,
+    # exercise 23: the ring simulated on one process (the package's ring runs on processes)
+    "merge_partials": ring.reference_merge,
+    "simulated_ring_attention": ring.reference_ring,
 }
 
 CATALOGUE = [
@@ -116,6 +120,7 @@ CATALOGUE = [
     *long_context.CATALOGUE,  # exercise 19
     *logit_range.CATALOGUE,  # exercise 20
     *moe.CATALOGUE,  # exercise 21
+    *ring.CATALOGUE,  # exercise 23
 ]
 
 

@@ -213,6 +213,11 @@ def extract() -> None:
         [BIN / "sphinx-build", "-q", "-b", "gettext", "-c", conf, "-d",
          ROOT / "_build" / ".doctrees-gettext", ".", POT]
     )  # fmt: skip
+    # The gettext builder also writes the strings of our own HTML templates (_templates/)
+    # to sphinx.pot; the theme's strings are kept by hand in sphinx.po, which Sphinx
+    # merges with its own and the theme's catalogues: merging it with that partial
+    # template would make every other string of it obsolete.
+    (POT / "sphinx.pot").unlink(missing_ok=True)
     write_exercise_templates()
     print(f"templates in {POT.relative_to(ROOT)}: {len(list(POT.rglob('*.pot')))} files")
 
@@ -226,6 +231,8 @@ def update() -> None:
     from babel.messages.pofile import write_po
 
     for po in sorted(CATALOGUES.rglob("*.po")):
+        if po.name == "sphinx.po":  # the theme's strings: written by hand, no template
+            continue
         catalogue = _i18n.read_catalogue(po)
         maths = formulas(po)
         changed = False
@@ -373,8 +380,8 @@ def check(paths: list[str] | None = None) -> list[str]:
             ):
                 file, location = message.locations[0] if message.locations else ("?", 0)
                 file = file.replace("../../", "").replace(str(ROOT) + "/", "")
-                place = places.get(message.id) or where(source, location)
-                found.append(f"{_name(po)}.po ({source}, {place}): {message.id[:70]!r}: {problem}")
+                place = places.get(message.id) or where(file, location)
+                found.append(f"{_name(po)}.po ({file}, {place}): {message.id[:70]!r}: {problem}")
     return found
 
 

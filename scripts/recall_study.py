@@ -34,7 +34,8 @@ between the arms, and inside the mixer the same bias-free ``w_q, w_k, w_v, w_o``
   bias 0, ``a`` starts near 0.5 and a 400-step trial learnt nothing), ``2 H (d_model + 1)``
   parameters more than the other two arms. Its output is multiplied by ``sqrt(Dh)``, undoing
   the function's ``1/sqrt(Dk)`` (with unit ``q`` and ``k`` that scale only shrinks what is
-  read; a 400-step trial learnt more slowly with it). The same
+  read; a choice, not a need: in 400-step trials at N = 16 accuracy was 0.18 with it and 0.20
+  without). The same
   ``Dk x Dv`` state per head as ``linear``.
 
 Parameters are matched exactly between ``softmax`` and ``linear`` and up to that small gate

@@ -39,10 +39,14 @@ between the arms, and inside the mixer the same bias-free ``w_q, w_k, w_v, w_o``
   ``Dk x Dv`` state per head as ``linear``.
 
 Parameters are matched exactly between ``softmax`` and ``linear`` and up to that small gate
-projection for ``gated_delta`` (the JSON records each count). Each (arm, N, seed) is trained
-from scratch with AdamW on freshly drawn batches (the same batches for every arm of a seed)
-and scored on ``eval_sequences`` held-out sequences (drawn from a separate generator, the
-same for every arm): ``accuracy`` is the share of query positions whose arg-max is the right
+projection for ``gated_delta`` (the JSON records each count). Each (arm, seed) is trained
+from scratch with AdamW on freshly drawn batches (the same batches for every arm of a seed),
+the number of pairs drawn at every step from the whole grid (as Zoology trains on a mix of
+sizes: a first version that trained one model per ``N`` for 800 steps left the gated delta
+rule at ``N`` = 32 and 64 and softmax attention at ``N`` = 128 at chance, their training loss
+never leaving ``ln(num_values)``, seed 0), then scored at every ``N`` on ``eval_sequences``
+held-out sequences (drawn from a separate generator, the same for every arm): ``accuracy`` is
+the share of query positions whose arg-max is the right
 value (chance: ``1 / num_values``). ``paired``: per ``N``, the per-seed difference of
 accuracy between two arms, with its mean and a 95 % Student-t interval over the seeds.
 """
@@ -62,7 +66,7 @@ from attention_course import RMSNorm, SwiGLU, count_parameters, gated_delta_rule
 DEFAULT_OUT = _study.ROOT / "book" / "data" / "recall_study.json"
 CONFIG = {"d_model": 32, "num_heads": 1, "num_layers": 2, "d_ff": 64}
 TASK = {"num_keys": 256, "num_values": 64, "queries": 16, "pairs": [8, 16, 32, 64, 128]}
-TRAINING = {"steps": 800, "batch_size": 32, "lr": 5e-3, "eval_sequences": 512, "chunk_size": 16}
+TRAINING = {"steps": 1500, "batch_size": 32, "lr": 5e-3, "eval_sequences": 512, "chunk_size": 16}
 SEEDS = (0, 1, 2)
 QUICK_SEEDS = (0, 1)
 QUICK_CONFIG = {"d_model": 16, "num_heads": 1, "num_layers": 1, "d_ff": 32}
@@ -171,11 +175,14 @@ def query_logits(model, keys, values, is_query):
     return logits[is_query].view(keys.shape[0], -1, logits.shape[-1])  # (B, Q, V)
 
 
-def train_and_score(kind, pairs, config, task, training, seed) -> dict:
+def train_and_score(kind, config, task, training, seed) -> list[dict]:
+    """Train one model with mixer ``kind`` on batches whose number of pairs is drawn, per
+    step, uniformly from ``task["pairs"]``; then score it at every ``N`` of the grid. One
+    record per ``N`` (the training figures are the run's, the same in each)."""
     _study.seed(seed)
     model = RecallModel(kind, config, task, training["chunk_size"])
     optimizer = torch.optim.AdamW(model.parameters(), lr=training["lr"], weight_decay=0.01)
-    steps = training["steps"]
+    steps, grid = training["steps"], task["pairs"]
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: min(1.0, (i + 1) / max(1, steps // 10))
     )
@@ -184,6 +191,7 @@ def train_and_score(kind, pairs, config, task, training, seed) -> dict:
     begin = time.perf_counter()
     model.train()
     for _ in range(steps):
+        pairs = grid[int(torch.randint(len(grid), (1,), generator=gen))]
         keys, values, is_query, targets = recall_batch(training["batch_size"], pairs, task, gen)
         logits = query_logits(model, keys, values, is_query)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
@@ -195,25 +203,30 @@ def train_and_score(kind, pairs, config, task, training, seed) -> dict:
         losses.append(loss.item())
     train_seconds = time.perf_counter() - begin
     model.eval()
-    eval_gen = torch.Generator().manual_seed(10_000 + pairs)  # held out, the same for all
-    correct = total = 0
-    with torch.no_grad():
-        for start in range(0, training["eval_sequences"], 128):
-            n = min(128, training["eval_sequences"] - start)
-            keys, values, is_query, targets = recall_batch(n, pairs, task, eval_gen)
-            predicted = query_logits(model, keys, values, is_query).argmax(dim=-1)
-            correct += int((predicted == targets).sum())
-            total += targets.numel()
     last = losses[-50:]
-    return {
-        "arm": kind,
-        "pairs": pairs,
-        "seed": seed,
-        "accuracy": correct / total,
-        "train_loss_last50": sum(last) / len(last),
-        "parameters": count_parameters(model),
-        "train_seconds": train_seconds,
-    }
+    records = []
+    for pairs in grid:
+        eval_gen = torch.Generator().manual_seed(10_000 + pairs)  # held out, the same for all
+        correct = total = 0
+        with torch.no_grad():
+            for start in range(0, training["eval_sequences"], 128):
+                n = min(128, training["eval_sequences"] - start)
+                keys, values, is_query, targets = recall_batch(n, pairs, task, eval_gen)
+                predicted = query_logits(model, keys, values, is_query).argmax(dim=-1)
+                correct += int((predicted == targets).sum())
+                total += targets.numel()
+        records.append(
+            {
+                "arm": kind,
+                "pairs": pairs,
+                "seed": seed,
+                "accuracy": correct / total,
+                "train_loss_last50": sum(last) / len(last),
+                "parameters": count_parameters(model),
+                "train_seconds": train_seconds,
+            }
+        )
+    return records
 
 
 def paired(runs: list[dict], pairs_grid, seeds) -> list[dict]:
@@ -264,15 +277,15 @@ def main(argv: list[str] | None = None) -> None:
         "runs": [],
     }
     for seed in seeds:  # seed-major: a run cut short keeps whole seeds
-        for n in task["pairs"]:
-            for kind in ARMS:
-                run = train_and_score(kind, n, config, task, training, seed)
-                data["runs"].append(run)
-                print(
-                    f"seed {seed} N={n:3d} {kind:12s} acc {run['accuracy']:.3f} "
-                    f"loss {run['train_loss_last50']:.3f} ({run['train_seconds']:.1f} s)",
-                    flush=True,
-                )
+        for kind in ARMS:
+            records = train_and_score(kind, config, task, training, seed)
+            data["runs"].extend(records)
+            accuracies = " ".join(f"{r['pairs']}:{r['accuracy']:.3f}" for r in records)
+            print(
+                f"seed {seed} {kind:12s} acc {accuracies} loss "
+                f"{records[0]['train_loss_last50']:.3f} ({records[0]['train_seconds']:.1f} s)",
+                flush=True,
+            )
         done = sorted({r["seed"] for r in data["runs"]})
         data["training"]["seeds"] = done
         data["paired"] = paired(data["runs"], task["pairs"], done)

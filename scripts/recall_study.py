@@ -1,10 +1,13 @@
-"""Chapter 22's study: multi-query associative recall with softmax attention, linear attention
-and the gated delta rule as the token mixer, as the number of pairs grows past the state.
+"""Chapter 22's study: multi-query associative recall with softmax attention, linear attention,
+the delta rule and the gated delta rule as the token mixer, as the number of pairs grows.
 
-Run from the repository root (seeded; one thread; the JSON records the seconds it took)::
+Run from the repository root (seeded; one thread per run; the JSON records the seconds)::
 
-    python scripts/recall_study.py                                # the committed run
+    python scripts/recall_study.py --workers 2                    # the committed run
     python scripts/recall_study.py --quick --out /tmp/recall.json  # a smoke test (seconds)
+
+``--workers`` only sets how many runs go at once (each run is seeded and single-threaded,
+so its numbers do not depend on it).
 
 The task is multi-query associative recall (MQAR; Arora et al., 2023, "Zoology: Measuring and
 Improving Recall in Efficient Language Models", arXiv:2312.04927), in a simplified layout: a
@@ -21,40 +24,65 @@ The model (``RecallModel``): the embeddings, then ``num_layers`` pre-norm blocks
 ``x + mixer(RMSNorm(x))``, ``x + SwiGLU(RMSNorm(x))``, then RMSNorm and a linear read-out to
 the values. No positional information (the pairs are a set). Only the token mixer differs
 between the arms, and inside the mixer the same bias-free ``w_q, w_k, w_v, w_o``
-(``d_model x d_model`` each, ``num_heads`` heads of ``d_model / num_heads``):
+(``d_model x d_model`` each, ``num_heads`` heads of ``Dh = d_model / num_heads``):
 
 - ``softmax``: causal softmax attention (``F.scaled_dot_product_attention``); its memory of
   the past is every key and value (a cache growing with ``T``);
-- ``linear``: :func:`attention_course.linear_attention` (``phi = elu + 1``, causal); a state
-  of ``Dk x Dv`` (+ the ``Dk`` normaliser) per head;
-- ``gated_delta``: :func:`attention_course.gated_delta_rule` (chunked, ``chunk_size`` 16) on
-  l2-normalised ``q`` and ``k`` (as Qwen3-Next), ``beta = sigmoid(w_beta x)`` and
-  ``g = -softplus(w_g x)``: ``w_beta`` and ``w_g`` are one extra ``nn.Linear(d_model, 2 H)``
-  (with bias; the bias of ``g`` starts at -5, a decay ``a`` of about 0.993 per token: with
-  bias 0, ``a`` starts near 0.5 and a 400-step trial learnt nothing), ``2 H (d_model + 1)``
-  parameters more than the other two arms. Its output is multiplied by ``sqrt(Dh)``, undoing
-  the function's ``1/sqrt(Dk)`` (with unit ``q`` and ``k`` that scale only shrinks what is
-  read; a choice, not a need: in 400-step trials at N = 16 accuracy was 0.18 with it and 0.20
-  without). The same
-  ``Dk x Dv`` state per head as ``linear``.
+- ``linear``: :func:`attention_course.linear_attention` (``phi = elu + 1``, causal; Katharopoulos
+  et al., 2020); a state of ``Dk x Dv`` (+ the ``Dk`` normaliser) per head;
+- ``delta``: the delta rule (Schlag et al., 2021), i.e. :func:`attention_course.gated_delta_rule`
+  with ``g = 0`` (no decay), ``beta = sigmoid(w_beta x)``;
+- ``gated_delta``: :func:`attention_course.gated_delta_rule` (Yang et al., 2024) with the same
+  ``beta`` and a learnt decay ``a = exp(g)``, ``g = -softplus(w_g x)``.
 
-Parameters are matched exactly between ``softmax`` and ``linear`` and up to that small gate
-projection for ``gated_delta`` (the JSON records each count). Each (arm, seed) is trained
-from scratch with AdamW on freshly drawn batches (the same batches for every arm of a seed),
-the number of pairs drawn at every step from the whole grid (as Zoology trains on a mix of
-sizes: a first version that trained one model per ``N`` for 800 steps left the gated delta
-rule at ``N`` = 32 and 64 and softmax attention at ``N`` = 128 at chance, their training loss
-never leaving ``ln(num_values)``, seed 0), then scored at every ``N`` on ``eval_sequences``
-held-out sequences (drawn from a separate generator, the same for every arm): ``accuracy`` is
-the share of query positions whose arg-max is the right
-value (chance: ``1 / num_values``). ``paired``: per ``N``, the per-seed difference of
-accuracy between two arms, with its mean and a 95 % Student-t interval over the seeds.
+PROTOCOL (written before the reported runs; every setup choice is the same for every arm where
+it makes sense, and none was tuned on one arm):
+
+1. The two delta arms share everything but ``g``: ``w_beta`` (and ``w_g``) are one extra
+   ``nn.Linear(d_model, H)`` (``2 H`` for the gated arm) with bias; the bias of ``beta`` starts
+   at 0 (``beta`` about 0.5). Both l2-normalise ``q`` and ``k`` (as Qwen3-Next; the delta rule
+   needs unit keys for ``beta <= 1`` to keep the update stable; linear attention's ``elu + 1``
+   does not, so it gets none, as in Katharopoulos et al.). Both run chunked (``chunk_size``
+   16; the same result as the recurrence to 1e-5). Both multiply the rule's output by
+   ``sqrt(Dh)``, undoing the function's ``1/sqrt(Dk)``: with unit ``q`` and ``k`` the read
+   ``S^T q`` of a stored pair is the value itself, so the output is then on the scale of the
+   values, as softmax attention's and linear attention's outputs are (weighted averages of the
+   values). Qwen3-Next keeps ``1/sqrt(Dk)`` but follows the rule with a (gated) RMSNorm, which
+   removes any scale; these bare arms have no such norm. (The earlier version applied this to
+   the gated arm only, after a one-seed trial; here it is a rule for both delta arms.)
+2. The gated arm's ``g`` bias starts at -7: ``a = exp(-softplus(-7)) = 0.9991`` per token,
+   ``a^144 = 0.88`` over the longest sequence, so the gated arm starts close to the delta arm
+   and any faster decay is learnt, not imposed. (The earlier version's -5, ``a^128 = 0.42``, was
+   picked in a one-seed trial on that arm alone; it is dropped.)
+3. Learning rate per arm: each arm is trained at every ``lr`` of ``lr_grid`` on the SELECTION
+   seed (not a reported seed) and scored on a validation set (sequences from a generator of
+   its own, not the reported evaluation sequences); the arm's ``lr`` is the one with the
+   highest validation accuracy averaged over the grid of ``N`` (a tie: the smaller ``lr``).
+   Fixed in advance; the grid results are recorded (``selection``).
+4. Then every arm is trained on every reported seed at its chosen ``lr``. Every run is
+   reported and counted, whatever it does: a run whose mean training loss over the last 50
+   steps stays above ``ln(num_values) - 0.05`` is flagged ``learnt: false`` (it never left
+   chance), never dropped.
+5. For the two delta arms, the learnt ``beta`` and decay ``a = exp(g)`` on the evaluation
+   sequences (pair and query positions, per layer): mean and the 10/50/90 % quantiles
+   (``gates``; ``a`` is 1 by construction in the delta arm).
+
+Each run is trained from scratch with AdamW (weight decay 0.01, linear warm-up over the first
+tenth, gradient norm clipped at 1) on freshly drawn batches (the same batches for every arm of
+a seed), the number of pairs drawn at every step from the whole grid (as Zoology trains on a
+mix of sizes: an earlier version that trained one model per ``N`` for 800 steps left several
+arm-``N`` cells at chance), then scored at every ``N`` on ``eval_sequences`` held-out
+sequences (the same for every arm): ``accuracy`` is the share of query positions whose arg-max
+is the right value (chance: ``1 / num_values``). ``paired``: per ``N``, the per-seed
+difference of accuracy between two arms over ALL reported seeds (failed runs included), with
+its mean and a 95 % Student-t interval.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 import _study
 import torch
@@ -66,15 +94,32 @@ from attention_course import RMSNorm, SwiGLU, count_parameters, gated_delta_rule
 DEFAULT_OUT = _study.ROOT / "book" / "data" / "recall_study.json"
 CONFIG = {"d_model": 32, "num_heads": 1, "num_layers": 2, "d_ff": 64}
 TASK = {"num_keys": 256, "num_values": 64, "queries": 16, "pairs": [8, 16, 32, 64, 128]}
-TRAINING = {"steps": 1500, "batch_size": 32, "lr": 5e-3, "eval_sequences": 512, "chunk_size": 16}
-SEEDS = (0, 1, 2)
+TRAINING = {
+    "steps": 1200,
+    "batch_size": 32,
+    "lr_grid": [1e-3, 3e-3, 1e-2],
+    "eval_sequences": 512,
+    "chunk_size": 16,
+    "g_bias_init": -7.0,
+}
+SEEDS = (0, 1, 2, 3)
+SELECTION_SEED = 100
 QUICK_SEEDS = (0, 1)
 QUICK_CONFIG = {"d_model": 16, "num_heads": 1, "num_layers": 1, "d_ff": 32}
 QUICK_TASK = {"num_keys": 32, "num_values": 8, "queries": 4, "pairs": [4, 8]}
-QUICK_TRAINING = {**TRAINING, "steps": 3, "batch_size": 4, "eval_sequences": 8}
-ARMS = ("softmax", "linear", "gated_delta")
-PAIRS = (("gated_delta", "linear"), ("softmax", "gated_delta"))
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}
+QUICK_TRAINING = {
+    **TRAINING,
+    "steps": 3,
+    "batch_size": 4,
+    "eval_sequences": 8,
+    "lr_grid": [1e-3, 1e-2],
+}
+ARMS = ("softmax", "linear", "delta", "gated_delta")
+DELTA_ARMS = ("delta", "gated_delta")
+PAIRS = (("delta", "linear"), ("gated_delta", "delta"), ("gated_delta", "linear"))
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}
+QUANTILES = (0.1, 0.5, 0.9)
+EVAL_BASE, VALIDATION_BASE = 10_000, 20_000  # generators of the reported / selection sets
 
 
 def recall_batch(batch: int, pairs: int, task: dict, gen: torch.Generator):
@@ -97,35 +142,45 @@ def recall_batch(batch: int, pairs: int, task: dict, gen: torch.Generator):
 
 class Mixer(nn.Module):
     """The token mixer: the same ``w_q, w_k, w_v, w_o`` for every arm; ``kind`` decides what
-    mixes the positions. Shapes: ``x (B, T, D) -> (B, T, D)``."""
+    mixes the positions. Shapes: ``x (B, T, D) -> (B, T, D)``. With ``record = True`` a delta
+    arm keeps its last ``beta`` and ``g`` (``(B, T, H)`` each) in ``self.gates``."""
 
-    def __init__(self, kind: str, d_model: int, num_heads: int, chunk_size: int):
+    def __init__(
+        self, kind: str, d_model: int, num_heads: int, chunk_size: int, g_bias_init: float = -7.0
+    ):
         super().__init__()
         self.kind, self.num_heads, self.chunk_size = kind, num_heads, chunk_size
         self.w_q, self.w_k, self.w_v, self.w_o = (
             nn.Linear(d_model, d_model, bias=False) for _ in range(4)
         )
-        if kind == "gated_delta":
-            self.w_gate = nn.Linear(d_model, 2 * num_heads)  # beta and g, per head
-            with torch.no_grad():  # start with a slow decay: a = e^{-softplus(-5)} ~ 0.993
-                self.w_gate.bias[num_heads:] = -5.0
+        self.record, self.gates = False, None
+        if kind in DELTA_ARMS:  # beta (and g), per head; beta's bias starts at 0
+            self.w_gate = nn.Linear(d_model, (2 if kind == "gated_delta" else 1) * num_heads)
+            nn.init.zeros_(self.w_gate.bias)
+            if kind == "gated_delta":  # a = e^{-softplus(-7)} ~ 0.9991: start near the delta rule
+                with torch.no_grad():
+                    self.w_gate.bias[num_heads:] = g_bias_init
 
     def forward(self, x):
         B, T, D = x.shape
         H = self.num_heads
         # (B, T, H, Dh): the gated delta rule's layout; the others take (B, H, T, Dh)
         q, k, v = (w(x).view(B, T, H, D // H) for w in (self.w_q, self.w_k, self.w_v))
-        if self.kind == "gated_delta":
-            b, a = self.w_gate(x).chunk(2, dim=-1)  # (B, T, H) each
+        if self.kind in DELTA_ARMS:
+            gate = self.w_gate(x)  # (B, T, H) or (B, T, 2H)
+            beta = torch.sigmoid(gate[..., :H])
+            g = -F.softplus(gate[..., H:]) if self.kind == "gated_delta" else torch.zeros_like(beta)
+            if self.record:
+                self.gates = (beta.detach(), g.detach())
             out, _ = gated_delta_rule(
                 F.normalize(q, dim=-1),
                 F.normalize(k, dim=-1),
                 v,
-                g=-F.softplus(a),
-                beta=torch.sigmoid(b),
+                g=g,
+                beta=beta,
                 chunk_size=self.chunk_size,
             )  # (B, T, H, Dh)
-            out = out * math.sqrt(D // H)  # undo the 1/sqrt(Dk): unit q, k give O(1) reads
+            out = out * math.sqrt(D // H)  # undo the 1/sqrt(Dk): a stored pair reads back v
         else:
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, Dh)
             if self.kind == "softmax":
@@ -139,7 +194,7 @@ class Mixer(nn.Module):
 class RecallModel(nn.Module):
     """Embeddings, pre-norm blocks (mixer, SwiGLU), read-out to the values."""
 
-    def __init__(self, kind: str, config: dict, task: dict, chunk_size: int):
+    def __init__(self, kind: str, config: dict, task: dict, chunk_size: int, g_bias_init=-7.0):
         super().__init__()
         D = config["d_model"]
         self.key_embedding = nn.Embedding(task["num_keys"], D)
@@ -151,7 +206,7 @@ class RecallModel(nn.Module):
                 nn.ModuleList(
                     [
                         RMSNorm(D),
-                        Mixer(kind, D, config["num_heads"], chunk_size),
+                        Mixer(kind, D, config["num_heads"], chunk_size, g_bias_init),
                         RMSNorm(D),
                         SwiGLU(D, config["d_ff"]),
                     ]
@@ -175,13 +230,57 @@ def query_logits(model, keys, values, is_query):
     return logits[is_query].view(keys.shape[0], -1, logits.shape[-1])  # (B, Q, V)
 
 
-def train_and_score(kind, config, task, training, seed) -> list[dict]:
-    """Train one model with mixer ``kind`` on batches whose number of pairs is drawn, per
-    step, uniformly from ``task["pairs"]``; then score it at every ``N`` of the grid. One
-    record per ``N`` (the training figures are the run's, the same in each)."""
+def _summary(values: torch.Tensor) -> dict:
+    """Mean and the 10/50/90 % quantiles of a 1-D tensor."""
+    qs = torch.quantile(values.double(), torch.tensor(QUANTILES, dtype=torch.float64))
+    return {
+        "mean": float(values.double().mean()),
+        **{f"q{round(100 * q)}": float(v) for q, v in zip(QUANTILES, qs)},
+    }
+
+
+def score(model, task, training, pairs: int, base: int) -> tuple[float, list | None]:
+    """Accuracy at ``pairs`` on ``eval_sequences`` sequences drawn from the generator seeded
+    ``base + pairs``; for a delta arm also the per-layer ``beta`` / ``a`` summaries."""
+    eval_gen = torch.Generator().manual_seed(base + pairs)
+    mixers = [block[1] for block in model.blocks]
+    delta = mixers[0].kind in DELTA_ARMS
+    for m in mixers:
+        m.record = delta
+    betas, decays = [[] for _ in mixers], [[] for _ in mixers]
+    correct = total = 0
+    with torch.no_grad():
+        for start in range(0, training["eval_sequences"], 128):
+            n = min(128, training["eval_sequences"] - start)
+            keys, values, is_query, targets = recall_batch(n, pairs, task, eval_gen)
+            predicted = query_logits(model, keys, values, is_query).argmax(dim=-1)
+            correct += int((predicted == targets).sum())
+            total += targets.numel()
+            if delta:
+                for i, m in enumerate(mixers):
+                    beta, g = m.gates
+                    betas[i].append(beta.flatten())
+                    decays[i].append(g.exp().flatten())
+    for m in mixers:
+        m.record, m.gates = False, None
+    gates = None
+    if delta:
+        gates = [
+            {"layer": i, "beta": _summary(torch.cat(b)), "decay": _summary(torch.cat(a))}
+            for i, (b, a) in enumerate(zip(betas, decays))
+        ]
+    return correct / total, gates
+
+
+def train_and_score(kind, config, task, training, seed, lr, base=EVAL_BASE) -> list[dict]:
+    """Train one model with mixer ``kind`` at learning rate ``lr`` on batches whose number of
+    pairs is drawn, per step, uniformly from ``task["pairs"]``; then score it at every ``N``
+    of the grid on the sequences of generator ``base + N``. One record per ``N`` (the
+    training figures are the run's, the same in each)."""
+    torch.set_num_threads(1)
     _study.seed(seed)
-    model = RecallModel(kind, config, task, training["chunk_size"])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=training["lr"], weight_decay=0.01)
+    model = RecallModel(kind, config, task, training["chunk_size"], training["g_bias_init"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     steps, grid = training["steps"], task["pairs"]
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: min(1.0, (i + 1) / max(1, steps // 10))
@@ -204,33 +303,30 @@ def train_and_score(kind, config, task, training, seed) -> list[dict]:
     train_seconds = time.perf_counter() - begin
     model.eval()
     last = losses[-50:]
+    loss_last50 = sum(last) / len(last)
     records = []
     for pairs in grid:
-        eval_gen = torch.Generator().manual_seed(10_000 + pairs)  # held out, the same for all
-        correct = total = 0
-        with torch.no_grad():
-            for start in range(0, training["eval_sequences"], 128):
-                n = min(128, training["eval_sequences"] - start)
-                keys, values, is_query, targets = recall_batch(n, pairs, task, eval_gen)
-                predicted = query_logits(model, keys, values, is_query).argmax(dim=-1)
-                correct += int((predicted == targets).sum())
-                total += targets.numel()
-        records.append(
-            {
-                "arm": kind,
-                "pairs": pairs,
-                "seed": seed,
-                "accuracy": correct / total,
-                "train_loss_last50": sum(last) / len(last),
-                "parameters": count_parameters(model),
-                "train_seconds": train_seconds,
-            }
-        )
+        accuracy, gates = score(model, task, training, pairs, base)
+        record = {
+            "arm": kind,
+            "pairs": pairs,
+            "seed": seed,
+            "lr": lr,
+            "accuracy": accuracy,
+            "train_loss_last50": loss_last50,
+            "learnt": loss_last50 < math.log(task["num_values"]) - 0.05,
+            "parameters": count_parameters(model),
+            "train_seconds": train_seconds,
+        }
+        if gates is not None:
+            record["gates"] = gates
+        records.append(record)
     return records
 
 
 def paired(runs: list[dict], pairs_grid, seeds) -> list[dict]:
-    """Per N and pair of arms: the per-seed accuracy differences, mean, 95 % t interval."""
+    """Per N and pair of arms: the per-seed accuracy differences (every seed, failed runs
+    included), mean, 95 % t interval."""
     table = {(r["arm"], r["pairs"], r["seed"]): r["accuracy"] for r in runs}
     result = []
     for a, b in PAIRS:
@@ -257,8 +353,47 @@ def paired(runs: list[dict], pairs_grid, seeds) -> list[dict]:
     return result
 
 
+def select_lr(selection: list[dict], arms=ARMS) -> dict:
+    """Per arm, the ``lr`` whose validation accuracy averaged over ``N`` is highest (a tie:
+    the smaller ``lr``)."""
+    chosen = {}
+    for arm in arms:
+        by_lr = {}
+        for r in selection:
+            if r["arm"] == arm:
+                by_lr.setdefault(r["lr"], []).append(r["accuracy"])
+        means = {lr: sum(a) / len(a) for lr, a in by_lr.items()}
+        chosen[arm] = min(means, key=lambda lr: (-round(means[lr], 10), lr))
+    return chosen
+
+
+def _show(records: list[dict]) -> list[dict]:
+    r = records[0]
+    accuracies = " ".join(f"{x['pairs']}:{x['accuracy']:.3f}" for x in records)
+    print(
+        f"seed {r['seed']} {r['arm']:12s} lr {r['lr']:.0e} acc {accuracies} loss "
+        f"{r['train_loss_last50']:.3f} ({r['train_seconds']:.1f} s)",
+        flush=True,
+    )
+    return records
+
+
+def _run_all(jobs, workers: int):
+    """``train_and_score(*job)`` for every job, ``workers`` at a time: yields each job's
+    records in the order of ``jobs`` (printed as they come)."""
+    if workers <= 1:
+        for job in jobs:
+            yield _show(train_and_score(*job))
+        return
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(train_and_score, *job) for job in jobs]
+        for future in futures:
+            yield _show(future.result())
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = _study.parser(__doc__, DEFAULT_OUT, quick="tiny sizes, a few seconds")
+    parser.add_argument("--workers", type=int, default=1, help="runs at once (default 1)")
     args = parser.parse_args(argv)
     begin = _study.start(args)
     config, task, training = (
@@ -266,30 +401,41 @@ def main(argv: list[str] | None = None) -> None:
     )
     seeds = QUICK_SEEDS if args.quick else SEEDS
     command = "python scripts/recall_study.py" + (" --quick" if args.quick else "")
+    if args.workers > 1:
+        command += f" --workers {args.workers}"
     D, H = config["d_model"], config["num_heads"]
     data = {
         "command": command,
         "config": config,
         "task": task,
-        "training": {**training, "seeds": list(seeds)},
+        "training": {**training, "seeds": list(seeds), "selection_seed": SELECTION_SEED},
         "state_size": {"Dk": D // H, "Dv": D // H, "heads": H, "layers": config["num_layers"]},
         "chance": 1 / task["num_values"],
-        "runs": [],
     }
-    for seed in seeds:  # seed-major: a run cut short keeps whole seeds
-        for kind in ARMS:
-            records = train_and_score(kind, config, task, training, seed)
-            data["runs"].extend(records)
-            accuracies = " ".join(f"{r['pairs']}:{r['accuracy']:.3f}" for r in records)
-            print(
-                f"seed {seed} {kind:12s} acc {accuracies} loss "
-                f"{records[0]['train_loss_last50']:.3f} ({records[0]['train_seconds']:.1f} s)",
-                flush=True,
-            )
+    # 1. the learning rate of each arm, on the selection seed and the validation sequences
+    jobs = [
+        (kind, config, task, training, SELECTION_SEED, lr, VALIDATION_BASE)
+        for kind in ARMS
+        for lr in training["lr_grid"]
+    ]
+    selection = [r for records in _run_all(jobs, args.workers) for r in records]
+    for r in selection:
+        r.pop("gates", None)  # the gates are recorded for the reported runs
+    chosen = select_lr(selection)
+    print("chosen lr:", chosen, flush=True)
+    data["selection"] = selection
+    data["chosen_lr"] = chosen
+    # 2. every reported seed at each arm's chosen lr, on the held-out evaluation sequences
+    # (seed-major; the file is written after each whole seed, so a run cut short keeps them)
+    jobs = [(kind, config, task, training, s, chosen[kind]) for s in seeds for kind in ARMS]
+    data["runs"] = []
+    for records in _run_all(jobs, args.workers):
+        data["runs"].extend(records)
         done = sorted({r["seed"] for r in data["runs"]})
-        data["training"]["seeds"] = done
-        data["paired"] = paired(data["runs"], task["pairs"], done)
-        _study.finish(args.out, data, begin, digits=4)
+        if len(data["runs"]) % (len(ARMS) * len(task["pairs"])) == 0:
+            data["training"]["seeds"] = done
+            data["paired"] = paired(data["runs"], task["pairs"], done)
+            _study.finish(args.out, data, begin, digits=4)
 
 
 if __name__ == "__main__":

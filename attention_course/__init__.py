@@ -43,7 +43,8 @@ StreamingLLM's kept first tokens, gpt-oss's learned sink logit), ``stability`` 2
 (soft-capping; QK-norm and the caps are options of ``gpt``'s attention and model), ``moe``
 21 (mixture of experts, the load-balancing loss, DeepSeek-V3's balancing bias, the
 active parameters; a GPT with ``ffn="moe"``), ``linear`` 22 (linear attention, the gated
-delta rule), ``ring`` 23 (ring attention across processes, the launcher ``run_ring``);
+delta rule), ``ring`` 23 (ring attention across processes, its striped layout, the launcher
+``run_ring``), ``data_parallel`` 23 (a GPT under DistributedDataParallel);
 ``checks`` and ``quiz`` for the exercises, ``grading`` for instructors. The README has this
 map as a table, with the data modules and the helpers every chapter uses.
 """
@@ -99,11 +100,20 @@ from .norms import RMSNorm
 # isort: split
 # Part VI: latent attention (18), attention sinks (19), logits kept in range (20), mixture of
 # experts (21), a fixed-size state instead of T^2 (22), attention across processes (23).
+from .data_parallel import ddp_gradients_worker, next_token_loss, single_process_gradients
 from .latent import MultiHeadLatentAttention, cache_per_token
 from .linear import gated_delta_rule, linear_attention
 from .moe import MoE, active_parameters, load_balancing_loss
 from .relative_positions import rope_frequencies
-from .ring import ring_attention, ring_attention_worker, run_ring
+from .ring import (
+    gather_sequence,
+    ring_attention,
+    ring_attention_worker,
+    ring_work,
+    run_calls,
+    run_ring,
+    shard_sequence,
+)
 from .sinks import StreamingAttentionCache, sink_attention, streaming_mask
 from .stability import softcap
 
@@ -177,6 +187,13 @@ __all__ = [
     "linear_attention",
     "ring_attention",
     "ring_attention_worker",
+    "ring_work",
+    "run_calls",
     "run_ring",
+    "gather_sequence",
+    "shard_sequence",
+    "ddp_gradients_worker",
+    "next_token_loss",
+    "single_process_gradients",
     "rope_frequencies",
 ]

@@ -5,9 +5,11 @@ A mixture-of-experts layer replaces a block's one feed-forward network by ``E`` 
 sends every token to ``k`` of them. The parameters grow with ``E``; the work per token
 grows with ``k`` only. Shazeer et al. (2017, "Outrageously Large Neural Networks: The
 Sparsely-Gated Mixture-of-Experts Layer", arXiv:1701.06538) introduced the sparsely
-gated layer; Switch Transformers (Fedus, Zoph & Shazeer, 2021/2022, "Switch
+gated layer; Switch Transformers (Fedus, Zoph & Shazeer, 2022, "Switch
 Transformers: Scaling to Trillion Parameter Models with Simple and Efficient
-Sparsity", arXiv:2101.03961, eqs. 4-6) its load-balancing loss; Mixtral (Jiang et al.,
+Sparsity", JMLR 23(120), arXiv:2101.03961, eqs. 4-6) its load-balancing loss (the
+top-k form here is that of Hugging Face's Mixtral port; the Mixtral paper describes no
+balancing loss); Mixtral (Jiang et al.,
 2024, "Mixtral of Experts", arXiv:2401.04088) the routing used here (softmax, top-2,
 weights renormalised); DeepSeekMoE (Dai et al., 2024, arXiv:2401.06066) the shared
 experts that every token passes through.
@@ -93,13 +95,16 @@ class MoE(nn.Module):
     a scatter and the overhead of a Python call, and on a CPU, with small widths and few
     tokens per expert, a small product keeps the cores less busy than one large product
     would, while the per-call overhead does not shrink with the work (chapter 21 measures
-    the throughput against a dense FFN). GPU implementations avoid the loop with a
-    *grouped* matrix product (grouped GEMM): the ``N·k`` (token, expert) pairs are sorted
-    by expert, and one kernel multiplies each contiguous group by its own expert's
-    weights, given the groups' offsets (PyTorch's ``torch.nn.functional.grouped_mm``,
-    which Hugging Face's ``experts_implementation="grouped_mm"`` calls): one launch
-    instead of one per expert, and no padding of every expert to a fixed capacity (Switch
-    Transformers' capacity factor, which drops the tokens beyond it). MegaBlocks (Gale et
+    the throughput against a dense FFN; routing every token costs time too). Hugging
+    Face's default ``MixtralExperts`` loops over the experts the same way. Optimised
+    implementations avoid the loop with a *grouped* matrix product (grouped GEMM): the
+    ``N·k`` (token, expert) pairs are sorted by expert, and each contiguous group is
+    multiplied by its own expert's weights, given the groups' offsets (PyTorch's
+    ``torch.nn.functional.grouped_mm``, documented for bfloat16 inputs on CUDA GPUs of
+    compute capability 8.0 or newer, which Hugging Face's
+    ``experts_implementation="grouped_mm"`` calls), with no padding of every expert to a
+    fixed capacity (Switch Transformers' capacity factor, which drops the tokens beyond
+    it). MegaBlocks (Gale et
     al., 2022, "MegaBlocks: Efficient Sparse Training with Mixture-of-Experts",
     arXiv:2211.15841) reaches the same end with block-sparse matrix products.
 
@@ -230,7 +235,7 @@ class MoE(nn.Module):
 
 
 def load_balancing_loss(router_logits: torch.Tensor, num_experts: int, top_k: int) -> torch.Tensor:
-    """The auxiliary load-balancing loss of Switch Transformers, in Mixtral's top-k form.
+    """The auxiliary load-balancing loss of Switch Transformers, in the top-k form of HF's Mixtral.
 
     .. math:: L = E \\sum_{e=1}^{E} f_e \\, P_e
 
@@ -239,14 +244,20 @@ def load_balancing_loss(router_logits: torch.Tensor, num_experts: int, top_k: in
     probability for ``e`` (softmax over all ``E`` logits). ``f`` counts hard choices and
     carries no gradient; the gradient reaches the router through ``P``. Perfectly even
     routing (every ``f_e = k/E``, every ``P_e = 1/E``) gives ``L = k``; all tokens on the
-    same ``k`` experts with probability near 1 gives up to ``E``. Fedus et al. (2022,
-    arXiv:2101.03961, eqs. 4-6) define it for ``k = 1`` (and multiply it by a small
-    coefficient ``α`` when adding it to the loss; so does Mixtral's
-    ``router_aux_loss_coef``).
+    same ``k`` experts with probability near 1 gives up to ``E``. It is *not* a measure of
+    balance: since ``Σ_e f_e = k``, it is exactly ``k`` whenever every ``P_e = 1/E``,
+    whatever the choices, and it can fall below ``k``. Fedus et al. (2022, JMLR 23(120),
+    arXiv:2101.03961, §2.2, eqs. 4-6) define it for ``k = 1``, for each Switch layer (and
+    multiply it by a small coefficient ``α`` when adding it to the loss; so does Hugging
+    Face's ``MixtralConfig.router_aux_loss_coef``). The top-k form is Hugging Face's, from
+    its Mixtral port (its docstring: "as in Switch Transformer"); the Mixtral paper (Jiang
+    et al., 2024, arXiv:2401.04088) describes no balancing loss.
 
     Hugging Face: ``load_balancing_loss_func`` (``transformers.models.mixtral``) without
-    ``attention_mask``, given one layer's logits (a tuple of layers there concatenates
-    their tokens; here, ``torch.cat`` them).
+    ``attention_mask``, given one layer's logits (a tuple of layers there pools their
+    tokens into one ``f`` and one ``P``; here, ``torch.cat`` them for the same value, or
+    call this once per layer for Switch Transformers' per-layer loss; Hugging Face issue
+    #28255 discusses the difference).
 
     Shapes:
         router_logits: ``(N, E)`` (:class:`MoE`'s second output); returns a scalar.

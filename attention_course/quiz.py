@@ -218,12 +218,20 @@ class Shapes(Form):
 @dataclass(frozen=True)
 class Numbers(Form):
     """A tuple of ``count`` numbers, each within ``rel_tol`` (relative) or ``abs_tol``
-    (absolute) of the exact value. ``tolerance`` says so in words, as the task does."""
+    (absolute) of the exact value. ``tolerance`` says so in words, as the task does.
+
+    ``relative_to`` (one point per number) makes the relative tolerance one of the
+    distance from that point: a weight of 0.99968 compared as 1 - 0.99968 = 0.00032, so
+    that 1 itself, the uncapped answer, is not "within 0.1 %" of it. ``limits``, an open
+    interval every number must lie in, with ``limits_why`` saying why."""
 
     count: int = 1
     rel_tol: float = 0.0
     abs_tol: float = 1e-6
     tolerance: str = "up to float rounding"
+    relative_to: tuple[float, ...] | None = None
+    limits: tuple[float, float] | None = None
+    limits_why: str = ""
 
     def read(self, value: object) -> object:
         if self.count == 1 and is_number(value):  # one number may come bare: 4.6 is (4.6,)
@@ -236,12 +244,14 @@ class Numbers(Form):
             raise WrongForm(f"{show(value)}: every number must be finite")
         return tuple(float(v) for v in value)
 
-    def close(self, got: float, want: float) -> bool:
+    def close(self, got: float, want: float, origin: float = 0.0) -> bool:
         # a hair of slack, so that 1.05 is "within 5 %" of 1 despite binary floats
-        return abs(got - want) <= (self.rel_tol * abs(want) + self.abs_tol) * (1 + 1e-9)
+        scale = abs(want - origin)
+        return abs(got - want) <= (self.rel_tol * scale + self.abs_tol) * (1 + 1e-9)
 
     def same(self, got: object, want: object) -> bool:
-        return all(self.close(g, w) for g, w in zip(got, want, strict=True))
+        origins = self.relative_to or (0.0,) * len(want)
+        return all(self.close(g, w, o) for g, w, o in zip(got, want, origins, strict=True))
 
     def show(self, got: object) -> str:
         # one number is printed as a number: 6.6865, not (6.6865,)
@@ -250,6 +260,14 @@ class Numbers(Form):
         return show(got)
 
     def wrong(self, got: object) -> str:
+        if self.limits is not None:
+            low, high = self.limits
+            outside = [v for v in got if not low < v < high]
+            if outside:
+                return (
+                    f"{self.show(got)} is not right: {show(outside[0])} is not strictly "
+                    f"between {show(low)} and {show(high)}: {self.limits_why}"
+                )
         each = "it is" if self.count == 1 else "each number is"
         return f"{self.show(got)} is not right ({each} accepted {self.tolerance})"
 
@@ -350,6 +368,9 @@ def _question(record: dict) -> Question:
     if "computed" in record:
         return Question(record["id"], record["expects"], cases=CASES[record["computed"]])
     form = dict(record["form"])
+    for key in ("relative_to", "limits"):  # JSON lists, frozen as tuples
+        if key in form:
+            form[key] = tuple(form[key])
     return Question(
         record["id"],
         form=FORMS[form.pop("kind")](**form),

@@ -9,8 +9,14 @@ arXiv:2310.01889). The partial results merge exactly as chapter 12's tiles do, w
 running maximum, sum and weighted sum (:func:`attention_course.tiled.online_softmax_update`);
 no rank ever holds the whole sequence or the whole ``T x T`` score matrix.
 
-Communication is ``torch.distributed``'s point-to-point ``isend``/``irecv`` (gloo on CPU; the
-same code runs with nccl on GPUs); :func:`run_ring` starts the processes on this machine.
+With a causal mask, contiguous shards leave the work unbalanced (rank ``r`` scores ``r + 1``
+of the ``W`` blocks); ``layout="striped"`` gives rank ``r`` the positions ``r, r + W, ...``
+instead and balances it (Brandon et al., 2023, "Striped Attention", arXiv:2311.09431).
+:func:`ring_work` counts each rank's work, and ``trace=`` records what a real run did.
+
+Communication is ``torch.distributed``'s point-to-point ``isend``/``irecv`` (gloo on CPU, the
+only backend this package tests: nothing here is specific to gloo, but nccl is untested);
+:func:`run_ring` starts the processes on this machine.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ._validate import LOW_PRECISION, require_float, shape_str
+from ._validate import LOW_PRECISION, check_positive_int, require_float, shape_str
 from .tiled import online_softmax_update
 
 
@@ -39,6 +45,9 @@ def ring_attention(
     value: torch.Tensor,
     causal: bool = False,
     group: dist.ProcessGroup | None = None,
+    *,
+    layout: str = "contiguous",
+    trace: list | None = None,
 ) -> torch.Tensor:
     """Scaled dot-product attention over a sequence sharded across the ranks of a group.
 
@@ -54,8 +63,27 @@ def ring_attention(
     ``causal``: query ``i`` sees key ``j`` when ``j <= i`` (global positions). A block from a
     later rank lies wholly in the future of every local query and is skipped (it is still
     passed on); the rank's own block gets a triangular mask; earlier blocks are seen whole.
-    Rank ``r`` therefore scores ``r + 1`` blocks: the last rank works ``W`` times as much as
-    the first.
+    Rank ``r`` therefore scores ``r + 1`` tiles: counted in tiles, as this code computes them,
+    the last rank works ``W`` times as much as the first; counted in unmasked query-key pairs
+    (:func:`ring_work`), ``r n^2 + n(n+1)/2`` for ``n = T/W``, a ratio that tends to ``2W - 1``.
+
+    ``layout="striped"``: rank ``r`` holds positions ``r, r + W, r + 2W, ...`` instead
+    (Brandon et al., 2023, "Striped Attention: Faster Ring Attention for Causal
+    Transformers", arXiv:2311.09431). With ``causal``, no block is then wholly in the
+    future: local query ``a`` (position ``aW + r``) sees local key ``b`` of the block from
+    rank ``s`` (position ``bW + s``) when ``b < a``, or ``b = a`` and ``s <= r``: every block
+    is a triangle, with its diagonal when ``s <= r`` and without it otherwise, so every rank
+    has about the same number of unmasked scores. Without ``causal`` the layout changes
+    nothing but which positions a rank holds. :func:`shard_sequence` and
+    :func:`gather_sequence` cut and reassemble in either layout.
+
+    ``trace``: a list to which each forward step appends a dict with what this rank did:
+    ``step``, ``source`` (the rank the block came from), ``scored`` (False: skipped as wholly
+    in the future), ``scores`` (score entries computed, ``B*H*(T/W)^2`` or 0), ``unmasked``
+    (of those, the ones not masked) and ``bytes_sent`` (the bytes of the tensors handed to
+    ``isend`` at that step, summed over the send operations themselves: the key and value
+    blocks, in the compute dtype, float32 for bfloat16/float16 inputs; 0 at the last step).
+    Counted from the tensors the ring computes and sends, not from a formula.
 
     Differentiable: the backward pass is a second trip around the ring. Each key/value block
     travels with its gradient accumulators; every rank adds its queries' contribution, and
@@ -63,7 +91,11 @@ def ring_attention(
     block. Each rank gets the gradients of its own shards.
 
     Per rank, memory: its shards, one incoming key/value block and one
-    ``(B, H, T/W, T/W)`` tile of scores. Each of the ``W - 1`` forward steps sends
+    ``(B, H, T/W, T/W)`` block of scores, computed in one piece. Liu et al. also compute each
+    rank's block blockwise (chapter 12's tiling, their "Blockwise" Transformers), so that no
+    ``(T/W)^2`` block exists at long contexts; this function is the ring without that inner
+    loop, fine at the sizes a CPU test uses (at ``T = 2^20``, ``W = 8``, ``H = 32`` the block
+    alone is 2 TiB in float32). Each of the ``W - 1`` forward steps sends
     ``B * H * (T/W) * (Dk + Dv)`` numbers (a key and a value block), whether or not the
     block is scored; the backward sends the blocks ``W - 1`` times and their gradients
     ``W`` times.
@@ -107,8 +139,85 @@ def ring_attention(
         )
     if not isinstance(causal, bool):
         raise ValueError(f"causal: got {causal!r}, expected True or False")
+    _check_layout(layout)
+    if trace is not None and not isinstance(trace, list):
+        raise ValueError(f"trace: got {type(trace).__name__}, expected None or a list")
     _check_same_shapes(query, value, group)
-    return _RingAttention.apply(query, key, value, causal, group)
+    return _RingAttention.apply(query, key, value, causal, group, layout, trace)
+
+
+LAYOUTS = ("contiguous", "striped")
+
+
+def _check_layout(layout: object) -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: got {layout!r}, expected one of {LAYOUTS}")
+
+
+def shard_sequence(x: torch.Tensor, rank: int, world_size: int, layout: str = "contiguous"):
+    """Rank ``rank``'s shard of a sequence, along dim -2: the ``rank``-th contiguous piece
+    of ``T/W`` positions, or (``layout="striped"``) positions ``rank, rank + W, ...``.
+
+    Shapes: x ``(..., T, D)`` with ``T`` divisible by ``world_size``; returns
+    ``(..., T/W, D)``.
+    """
+    _check_layout(layout)
+    check_positive_int("world_size", world_size)
+    if not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank: got {rank!r}, expected an int in 0..{world_size - 1}")
+    T = x.shape[-2]
+    if T % world_size:
+        raise ValueError(f"x: got T={T} positions, expected a multiple of W={world_size} ranks")
+    if layout == "striped":
+        return x[..., rank::world_size, :]
+    n = T // world_size
+    return x[..., rank * n : (rank + 1) * n, :]
+
+
+def gather_sequence(shards: list[torch.Tensor], layout: str = "contiguous") -> torch.Tensor:
+    """The whole sequence from the ranks' shards, ``[rank 0's, rank 1's, ...]``: the
+    inverse of :func:`shard_sequence`.
+
+    Shapes: each shard ``(..., T/W, D)``; returns ``(..., T, D)``.
+    """
+    _check_layout(layout)
+    whole = torch.cat(shards, dim=-2)  # contiguous: rank after rank
+    if layout == "contiguous":
+        return whole
+    # striped: position r + iW is row i of rank r's shard, row r*n + i of `whole`
+    world, n = len(shards), shards[0].shape[-2]
+    order = torch.arange(world * n).view(world, n).T.reshape(-1)  # position -> row of `whole`
+    return whole[..., order.to(whole.device), :]
+
+
+def ring_work(world_size: int, shard_len: int, causal: bool = True, layout: str = "contiguous"):
+    """What each rank of a ring computes, without running one: per rank, a dict with
+    ``scored`` (blocks scored), ``skipped`` (blocks passed on unscored) and ``unmasked``
+    (query-key pairs not masked, per batch element and head). Uses the ring's own rule,
+    the function :func:`ring_attention` scores its blocks with, on one head and ``T/W =
+    shard_len`` positions per rank.
+
+    Contiguous and causal, rank ``r`` scores ``r + 1`` blocks and ``r n^2 + n(n+1)/2``
+    pairs (``n = shard_len``); striped and causal, every rank scores all ``W`` blocks and
+    ``W n(n-1)/2 + (r+1) n`` pairs.
+    """
+    check_positive_int("world_size", world_size)
+    check_positive_int("shard_len", shard_len)
+    _check_layout(layout)
+    ones = torch.ones(1, shard_len, 1)  # (H=1, n, Dk=1): every score is 1, masked -inf
+    work = []
+    for rank in range(world_size):
+        counts = {"scored": 0, "skipped": 0, "unmasked": 0}
+        for step in range(world_size):
+            src = (rank - step) % world_size
+            s = _block_scores(ones, ones, rank, src, causal, layout)
+            if s is None:
+                counts["skipped"] += 1
+            else:
+                counts["scored"] += 1
+                counts["unmasked"] += int(torch.isfinite(s).sum())
+        work.append(counts)
+    return work
 
 
 def _check_same_shapes(query, value, group) -> None:
@@ -140,14 +249,19 @@ def _neighbours(group) -> tuple[int, int, int, int]:
 
 def _start_pass(tensors, send_to: int, recv_from: int, group, first_tag: int = 0):
     """Send ``tensors`` to ``send_to`` and receive as many of the same shapes from
-    ``recv_from``, without waiting. Returns ``(requests, received)``; the received tensors
-    are valid after every request's ``wait()``. Each tensor gets its own tag (from
-    ``first_tag``), so that messages in flight at the same time are never confused."""
+    ``recv_from``, without waiting. Returns ``(requests, received, bytes_sent)``; the
+    received tensors are valid after every request's ``wait()``; ``bytes_sent`` sums
+    ``numel * element_size`` over the tensors of the ``isend`` operations handed to
+    ``batch_isend_irecv`` (the payload, not the backend's framing on the wire). Each tensor
+    gets its own tag (from ``first_tag``), so that messages in flight at the same time are
+    never confused."""
     received = [torch.empty_like(t) for t in tensors]
     tags = range(first_tag, first_tag + len(tensors))
     ops = [dist.P2POp(dist.isend, t, send_to, group, tag=i) for i, t in zip(tags, tensors)]
     ops += [dist.P2POp(dist.irecv, t, recv_from, group, tag=i) for i, t in zip(tags, received)]
-    return dist.batch_isend_irecv(ops), received
+    sends = [op.tensor for op in ops if op.op is dist.isend]
+    bytes_sent = sum(t.numel() * t.element_size() for t in sends)
+    return dist.batch_isend_irecv(ops), received, bytes_sent
 
 
 def _finish_pass(requests) -> None:
@@ -155,17 +269,27 @@ def _finish_pass(requests) -> None:
         request.wait()
 
 
-def _block_scores(q, k, rank: int, src: int, causal: bool) -> torch.Tensor | None:
+def _block_scores(
+    q, k, rank: int, src: int, causal: bool, layout: str = "contiguous"
+) -> torch.Tensor | None:
     """Scores of the (already scaled) local queries against the block from rank ``src``;
     None when, with ``causal``, the block lies wholly in the queries' future.
     Shapes: q, k ``(B, H, Tl, Dk)``; returns ``(B, H, Tl, Tl)``."""
-    if causal and src > rank:
+    if causal and layout == "contiguous" and src > rank:
         return None  # every key of this block comes after every local query
     s = q @ k.transpose(-2, -1)  # (B, H, Tl, Dk) @ (B, H, Dk, Tl) -> (B, H, Tl, Tl)
-    if causal and src == rank:  # the diagonal block: the same positions, j <= i
-        future = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(diagonal=1)
-        s = s.masked_fill(future, -math.inf)
-    return s
+    if not causal:
+        return s
+    if layout == "contiguous":
+        if src < rank:
+            return s  # an earlier block: wholly in the past
+        diagonal = 1  # the own block: the same positions, j <= i
+    else:
+        # striped: query a is position aW + rank, key b is bW + src; b <= a when
+        # src <= rank (the diagonal kept), b < a when src > rank (the diagonal masked too)
+        diagonal = 1 if src <= rank else 0
+    future = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(diagonal)
+    return s.masked_fill(future, -math.inf)
 
 
 class _RingAttention(torch.autograd.Function):
@@ -173,7 +297,7 @@ class _RingAttention(torch.autograd.Function):
     carrying their gradient accumulators home."""
 
     @staticmethod
-    def forward(ctx, query, key, value, causal, group):
+    def forward(ctx, query, key, value, causal, group, layout, trace):
         dtype = query.dtype
         compute = torch.float32 if dtype in LOW_PRECISION else dtype
         q, k, v = (x.detach().to(compute).contiguous() for x in (query, key, value))
@@ -185,23 +309,35 @@ class _RingAttention(torch.autograd.Function):
         acc = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=compute, device=q.device)
         for step in range(world):
             src = (rank - step) % world  # the rank whose block we hold at this step
+            sent = 0  # the last step sends nothing
             if step < world - 1:  # pass the block on while we score it
-                requests, (k_next, v_next) = _start_pass([k, v], send_to, recv_from, group)
-            s = _block_scores(q_scaled, k, rank, src, causal)
+                requests, (k_next, v_next), sent = _start_pass([k, v], send_to, recv_from, group)
+            s = _block_scores(q_scaled, k, rank, src, causal, layout)
             if s is not None:
                 m, l, acc = online_softmax_update(m, l, acc, s, v)  # noqa: E741
+            if trace is not None:
+                trace.append(
+                    {
+                        "step": step,
+                        "source": src,
+                        "scored": s is not None,
+                        "scores": 0 if s is None else s.numel(),
+                        "unmasked": 0 if s is None else int(torch.isfinite(s).sum()),
+                        "bytes_sent": sent,
+                    }
+                )
             if step < world - 1:
                 _finish_pass(requests)
                 k, v = k_next, v_next
         output = acc / l  # every query sees at least its own key, so l > 0
         ctx.save_for_backward(query, key, value, output, m + torch.log(l))
-        ctx.causal, ctx.group = causal, group
+        ctx.causal, ctx.group, ctx.layout = causal, group, layout
         return output.to(dtype)
 
     @staticmethod
     def backward(ctx, grad_output):
         query, key, value, output, lse = ctx.saved_tensors
-        causal, group = ctx.causal, ctx.group
+        causal, group, layout = ctx.causal, ctx.group, ctx.layout
         compute = output.dtype
         q, k, v = (x.to(compute).contiguous() for x in (query, key, value))
         do = grad_output.to(compute)
@@ -215,8 +351,8 @@ class _RingAttention(torch.autograd.Function):
         for step in range(world):
             src = (rank - step) % world
             if step < world - 1:
-                requests, (k_next, v_next) = _start_pass([k, v], send_to, recv_from, group)
-            s = _block_scores(q_scaled, k, rank, src, causal)
+                requests, (k_next, v_next), _ = _start_pass([k, v], send_to, recv_from, group)
+            s = _block_scores(q_scaled, k, rank, src, causal, layout)
             if s is not None:
                 p = torch.exp(s - lse)  # this block's softmax weights, from the saved L
                 grad_v = grad_v + p.transpose(-2, -1) @ do  # (B, H, Tl, Tl)^T @ (B, H, Tl, Dv)
@@ -226,7 +362,7 @@ class _RingAttention(torch.autograd.Function):
             # The accumulators follow their block; after the last step one more pass brings
             # every block's dK, dV home (W passes in all; none for a group of one).
             if world > 1:
-                grad_requests, (grad_k, grad_v) = _start_pass(
+                grad_requests, (grad_k, grad_v), _ = _start_pass(
                     [grad_k, grad_v], send_to, recv_from, group, first_tag=2
                 )
                 _finish_pass(grad_requests)
@@ -234,7 +370,7 @@ class _RingAttention(torch.autograd.Function):
                 _finish_pass(requests)
                 k, v = k_next, v_next
         grads = (grad_q.to(query.dtype), grad_k.to(key.dtype), grad_v.to(value.dtype))
-        return (*grads, None, None)
+        return (*grads, None, None, None, None)
 
 
 def ring_attention_worker(
@@ -242,12 +378,17 @@ def ring_attention_worker(
     key: torch.Tensor,
     value: torch.Tensor,
     causal: bool = False,
-) -> torch.Tensor:
+    layout: str = "contiguous",
+    trace: bool = False,
+):
     """A worker for :func:`run_ring`: every rank receives the *whole* ``query``, ``key``,
-    ``value``, keeps its contiguous shard of the sequence (rank ``r`` of ``W``: positions
-    ``r*T/W`` to ``(r+1)*T/W - 1``) and returns its shard of :func:`ring_attention`.
+    ``value``, keeps its shard of the sequence (:func:`shard_sequence`: with the default
+    layout, rank ``r`` of ``W`` keeps positions ``r*T/W`` to ``(r+1)*T/W - 1``) and returns
+    its shard of :func:`ring_attention`; with ``trace``, ``(shard, trace)``, the list of
+    what the rank did at each forward step (see :func:`ring_attention`).
 
-    ``torch.cat(run_ring(ring_attention_worker, W, q, k, v), dim=-2)`` is full attention.
+    ``gather_sequence(run_ring(ring_attention_worker, W, q, k, v), "contiguous")`` is full
+    attention (for the default layout, ``torch.cat(..., dim=-2)``).
 
     Shapes: query, key ``(B, H, T, Dk)``; value ``(B, H, T, Dv)``, ``T`` divisible by the
     world size; returns ``(B, H, T/W, Dv)``.
@@ -256,13 +397,24 @@ def ring_attention_worker(
     T = query.shape[-2]
     if T % world:
         raise ValueError(f"query: got T={T} positions, expected a multiple of W={world} ranks")
-    rows = slice(rank * T // world, (rank + 1) * T // world)
-    shards = (x[..., rows, :] for x in (query, key, value))
-    return ring_attention(*shards, causal=causal)
+    shards = (shard_sequence(x, rank, world, layout) for x in (query, key, value))
+    steps: list | None = [] if trace else None
+    out = ring_attention(*shards, causal=causal, layout=layout, trace=steps)
+    return (out, steps) if trace else out
+
+
+def run_calls(calls: list) -> list:
+    """A worker for :func:`run_ring` that runs several workers in turn in one launch
+    (starting processes costs seconds): ``calls`` is a list of ``(fn, args, kwargs)``, each
+    ``fn`` importable; returns ``[fn(*args, **kwargs) for each call]`` on every rank.
+    """
+    return [fn(*args, **kwargs) for fn, args, kwargs in calls]
 
 
 def _free_port() -> int:
-    """A TCP port that is free on the loopback interface now (the OS picks it)."""
+    """A TCP port that is free on the loopback interface now (the OS picks it). Another
+    process may take it before rank 0 binds it: :func:`run_ring` then starts again with a
+    new port (:class:`_PortTaken`)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -316,6 +468,13 @@ def _worker(rank, world_size, port, backend, timeout, fn, args, results) -> None
     os._exit(0)
 
 
+PORT_ATTEMPTS = 3  # launches run_ring tries when the port it chose is taken meanwhile
+
+
+class _PortTaken(RuntimeError):
+    """A launch failed because its ``MASTER_PORT`` was in use when rank 0 bound it."""
+
+
 def run_ring(
     fn: Callable,
     world_size: int,
@@ -342,12 +501,28 @@ def run_ring(
     If a worker raises, the others are stopped and ``RuntimeError`` carries that worker's
     rank and traceback; a worker that dies without a word, or a run longer than ``timeout``
     seconds, also raises. No process is left behind.
+
+    The port is chosen free in this process, then bound by rank 0 seconds later; if another
+    process took it meanwhile (the group fails with ``EADDRINUSE``), the workers are stopped
+    and the launch starts again with a new port, ``PORT_ATTEMPTS`` launches in all
+    (``timeout`` applies to each).
     """
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise ValueError(f"world_size: got {world_size!r}, expected a positive int")
+    for attempt in range(PORT_ATTEMPTS):
+        try:
+            return _launch(fn, world_size, args, backend, timeout, _free_port())
+        except _PortTaken:
+            if attempt == PORT_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _launch(fn: Callable, world_size: int, args: tuple, backend: str, timeout: float, port: int):
+    """One launch of :func:`run_ring` on ``port``; raises :class:`_PortTaken` when a worker
+    failed because the port was in use."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = _free_port()
     workers = [
         ctx.Process(
             target=_worker,
@@ -388,7 +563,10 @@ def run_ring(
                 failures[rank] = (when, payload)
                 grace_end = min(grace_end, time.monotonic() + 2.0)
         if failures:
-            raise RuntimeError(_failure_message(failures, world_size))
+            message = _failure_message(failures, world_size)
+            if any("EADDRINUSE" in trace for _, trace in failures.values()):
+                raise _PortTaken(message)
+            raise RuntimeError(message)
         for w in workers:
             w.join(timeout=5.0)
     finally:

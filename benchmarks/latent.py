@@ -20,10 +20,14 @@ needs fewer operations per (query, key) pair.
 Timing: the two forms take turns (naive, absorbed, naive, ...) after a warm-up, in one
 process, so that a change of load hits both; each reports the median over the repeats,
 and the ratio naive / absorbed is given per repeat (the pairs of one turn) with its
-lowest and highest value: with 7 repeats, the true median ratio lies between them with
-probability 1 - 2 · 2^-7 = 98 % (a distribution-free interval for a median). FLOPs per
-call are counted exactly by ``torch.utils.flop_counter.FlopCounterMode`` (matrix
-products, which is all the work that grows with ``S``).
+lowest and highest value: with 7 repeats, the population (true) median of the per-repeat
+ratio lies between them with probability 1 - 2 · 2^-7 = 98 % (a distribution-free interval
+for a median), provided the repeats are independent, which a loaded shared machine, whose
+load drifts from one repeat to the next, does not guarantee. FLOPs per call are counted by
+``torch.utils.flop_counter.FlopCounterMode``: exact for the matrix products (and
+attention's matrix products inside ``scaled_dot_product_attention``) only. The softmax,
+the scaling, the mask, RMSNorm and the rotation are not counted, and the softmax, scaling
+and mask also grow with ``S``.
 
 Not a test: no unit test asserts a time (``tests/test_latent.py`` runs ``--quick`` and
 checks only the fields).

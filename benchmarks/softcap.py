@@ -1,5 +1,5 @@
 """What soft-capping the attention scores costs (chapter 20): the fused path against the
-explicit one, in one process.
+explicit one, with and without the cap, in one process.
 
 Run from the repository root::
 
@@ -8,20 +8,27 @@ Run from the repository root::
     python -m benchmarks.softcap --threads 1   # fix torch's CPU threads (default 1)
 
 Two :class:`~attention_course.CausalSelfAttention` modules with the same weights, in
-training mode, forward and backward (``out.sum().backward()``):
+training mode, forward and backward (``out.sum().backward()``), timed as three calls:
 
 - ``fused``: ``softcap=None``, the default call: PyTorch's
   ``F.scaled_dot_product_attention`` (a fused kernel on this CPU build);
+- ``explicit``: the same uncapped module called with ``need_weights=True``, which takes the
+  explicit path (:func:`attention_course.scaled_dot_product_attention`: scores, mask,
+  softmax, weighted sum, the ``T × T`` scores and weights materialised), without a cap;
 - ``softcap``: ``softcap=50.0`` (Gemma 2's attention cap): the explicit path of
   :meth:`~attention_course.CausalSelfAttention.attend` (scores, ``50 · tanh(s / 50)``,
-  mask, softmax, weighted sum: the ``T × T`` scores are materialised and kept for the
-  backward pass). Fused kernels have no step between the scores and the softmax, so this
-  is the only path a capped model has.
+  mask, softmax, weighted sum). ``F.scaled_dot_product_attention`` has no step between the
+  scores and the softmax, so this is the only path a capped model has in the package.
 
-Timing as :mod:`benchmarks.run`: one warm-up call each, then the two take turns (fused,
-softcap, fused, ...) ``repeats`` times, so that a change of load hits both. Reported: each
-one's median, and the capped call's time divided by the fused call's *of the same round*,
-as a geometric mean over the rounds with a 95 % Student-t interval (on the logarithms).
+The ``explicit`` arm splits the capped call's extra time into the explicit path's share
+(``explicit / fused``) and the cap's own elementwise work (``softcap / explicit``); which
+is larger depends on the machine, the sizes and the load.
+
+Timing as :mod:`benchmarks.run`: one warm-up call each, then the three take turns (fused,
+explicit, softcap, fused, ...) ``repeats`` times, so that a change of load hits all of
+them. Reported: each one's median, and for each pair the ratio of the two calls' times *of
+the same round*, as a geometric mean over the rounds with a 95 % Student-t interval (on
+the logarithms).
 """
 
 from __future__ import annotations
@@ -57,17 +64,27 @@ def modules(d_model: int, num_heads: int, cap: float) -> dict:
     return {"plain": plain.train(), "capped": capped.train()}
 
 
+def _ratio(a: list[float], b: list[float]) -> dict:
+    """``a / b`` round by round: the geometric mean and a 95 % Student-t interval (on the
+    logarithms) over the rounds."""
+    logs = [math.log(x / y) for x, y in zip(a, b)]
+    mean, sd = statistics.mean(logs), statistics.stdev(logs)
+    half = _t95(len(logs) - 1) * sd / math.sqrt(len(logs))
+    return {"ratio": math.exp(mean), "low": math.exp(mean - half), "high": math.exp(mean + half)}
+
+
 def compare(
     B: int = 8, T: int = 256, d_model: int = 128, num_heads: int = 4, repeats: int = 21,
     cap: float = 50.0,
 ) -> dict:  # fmt: skip
-    """Time forward + backward of the two paths, interleaved; returns the medians (s) and
-    the capped path's ratio to the fused one (geometric mean and 95 % interval over the
-    rounds)."""
+    """Time forward + backward of the three calls, interleaved; returns the medians (s) and
+    the ratios ``softcap_over_fused``, ``explicit_over_fused`` and ``softcap_over_explicit``
+    (geometric mean and 95 % interval over the rounds)."""
     m = modules(d_model, num_heads, cap)
     x = torch.randn(B, T, d_model, requires_grad=True)
     calls = {
         "fused": lambda: m["plain"](x),
+        "explicit": lambda: m["plain"](x, need_weights=True)[0],
         "softcap": lambda: m["capped"](x),
     }
     times = {name: [] for name in calls}
@@ -81,14 +98,8 @@ def compare(
     config = {"B": B, "T": T, "d_model": d_model, "num_heads": num_heads, "repeats": repeats}
     result = {"config": {**config, "cap": cap, "threads": torch.get_num_threads()}}
     result["median_seconds"] = {k: statistics.median(v) for k, v in times.items()}
-    logs = [math.log(a / b) for a, b in zip(times["softcap"], times["fused"])]
-    mean, sd = statistics.mean(logs), statistics.stdev(logs)
-    half = _t95(len(logs) - 1) * sd / math.sqrt(len(logs))
-    result["softcap_over_fused"] = {
-        "ratio": math.exp(mean),
-        "low": math.exp(mean - half),
-        "high": math.exp(mean + half),
-    }
+    for a, b in (("softcap", "fused"), ("explicit", "fused"), ("softcap", "explicit")):
+        result[f"{a}_over_{b}"] = _ratio(times[a], times[b])
     return result
 
 
@@ -106,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     print("config:", r["config"])
     for name, s in r["median_seconds"].items():
         print(f"{name:9} median {1e3 * s:8.2f} ms (forward + backward)")
-    v = r["softcap_over_fused"]
-    print(f"softcap / fused: {v['ratio']:.2f} (95 % interval {v['low']:.2f} to {v['high']:.2f})")
+    for a, b in (("softcap", "fused"), ("explicit", "fused"), ("softcap", "explicit")):
+        v = r[f"{a}_over_{b}"]
+        print(f"{a} / {b}: {v['ratio']:.2f} (95 % interval {v['low']:.2f} to {v['high']:.2f})")
     return 0
 
 

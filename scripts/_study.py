@@ -11,7 +11,8 @@ One naming for the same quantity in every file:
 
 - ``machine``: ``{"torch", "python", "threads", "processor"}`` (what the run recorded;
   files written before this module keep the subset their script recorded);
-- ``seconds``: the wall time of the whole study (of a rerun, in its entry of ``reruns``);
+- ``seconds``: the wall time of the whole study (of a rerun, in its entry of ``reruns``;
+  of variants added later, in their entry of ``additions``);
   ``train_seconds``: one training run's;
   ``eval_seconds``: one held-out evaluation's;
 - ``val_loss``: :func:`attention_course.train.evaluate_lm` on all the held-out text;

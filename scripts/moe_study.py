@@ -9,14 +9,19 @@ Every arm is ``GPT(V, **CONFIG, ffn=..., ...)`` (RoPE, RMSNorm, SwiGLU feed-forw
 networks, chapter 16's block), trained with the same seed on the same batches of the
 first 90 % of :func:`attention_course.data.python_docs` (AdamW, warm-up then cosine decay,
 as :func:`attention_course.train.train_language_model`) and scored on all of the last
-10 % (:func:`attention_course.train.evaluate_lm`). The arms:
+10 % (:func:`attention_course.train.evaluate_lm`); one learning rate for every arm, not
+tuned per arm. The arms:
 
 - ``dense``: one SwiGLU of width ``F`` per block;
 - ``moe``: 8 experts of width ``F/2``, top-2: the same *active* parameters per token as
   ``dense`` (plus the router), four times its feed-forward parameters in all, trained
-  with the load-balancing loss (coefficient ``aux_coef``, as Switch Transformers' α);
+  with the load-balancing loss (coefficient ``aux_coef``, as Switch Transformers' α),
+  computed once over both layers' tokens pooled, as Hugging Face's
+  ``load_balancing_loss_func`` does (Switch Transformers add it per layer);
 - ``dense_wide``: one SwiGLU of width ``4F``: the same *total* parameters as ``moe``
-  (less the router), four times the active ones;
+  (less the router), all active: four times ``moe``'s active feed-forward parameters,
+  2.63 times its active parameters in the whole model (embeddings and attention are
+  shared);
 - ``moe_no_loss``: ``moe`` without the balancing loss;
 - ``moe_bias``: ``moe`` without the loss, with DeepSeek-V3's balancing bias
   (:meth:`attention_course.MoE.update_router_bias` after every step, rate ``bias_rate``).

@@ -213,6 +213,14 @@ REQUIRED_MODES: dict[str, set[str]] = {
         "Dk!=Dv",
         "dtype=float32",
     },
+    # exercise 20
+    "qk_norm_attention": _GRAD | {"H=1", "H>1", "B=1", "B>1", "T=1", "dtype=float32"},
+    "softcap_attention": _GRAD
+    | {"H=1", "H>1", "B=1", "B>1", "T=1", "dtype=float32", "large scores"},
+    # exercise 21
+    "moe": _GRAD
+    | {"mode=train", "mode=eval", "top_k=1", "top_k=E", "T=1", "B=1", "B=T=1", "dtype=float32"},
+    "load_balancing_loss": _GRAD | {"top_k=1", "top_k=E", "N=1", "skewed", "dtype=float32"},
 }
 
 EXEMPT: dict[tuple[str, str], str] = {
@@ -295,6 +303,11 @@ EXEMPT: dict[tuple[str, str], str] = {
         "RoPE scaling is chapter 19's (tested in tests/test_rope_scaling.py; exercise 19's "
         "rope_frequencies and scaled_rope_scores grade it); exercise 14 asks for "
         "apply_rope(x, positions=None, base=10000.0) only"
+    ),
+    ("moe", "router_bias"): (
+        "DeepSeek-V3's selection-only balancing bias is chapter 21's option (tested in "
+        "tests/test_moe_gpt.py); exercise 21 asks for the contract's MoE(d_model, d_ff, "
+        "num_experts, top_k, num_shared) only"
     ),
     ("causal_self_attention", "sinks"): (
         "learned sink logits are chapter 19's (tested in tests/test_sinks.py; exercise 19's "

@@ -4,6 +4,9 @@ committed results' fields."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,19 +19,22 @@ def _check_fields(result: dict) -> None:
     H, D = result["config"]["num_heads"], result["config"]["d_model"]
     Dh = D // H
     names = [v["name"] for v in result["variants"]]
-    assert names[0] == "MHA" and names[3] == "MQA" and len(names) == 7
+    assert names[0] == "MHA" and names[3] == "MQA" and len(names) == 8
     cache = {v["name"]: v["cache_per_token"] for v in result["variants"]}
     # 2 Hkv Dh numbers per token per layer; MLA: kv_rank + Dh / 2, matched to GQA and MQA
     assert [cache[n] for n in names[:4]] == [2 * H * Dh, H * Dh, H * Dh // 2, 2 * Dh]
-    assert cache[names[4]] == cache[names[2]] == cache[names[6]]
+    assert cache[names[4]] == cache[names[2]] == cache[names[6]] == cache[names[7]]
     assert cache[names[5]] == cache[names[3]]
     for v in result["variants"][4:6]:
         assert v["attention"] == "mla" and v["kv_rank"] + Dh // 2 == v["cache_per_token"]
     probe = result["variants"][6]  # the rotary-width probe: d_rope = Dh
     assert probe["attention"] == "mla" and probe["d_rope"] == Dh
     assert probe["kv_rank"] + Dh == probe["cache_per_token"]
+    control = result["variants"][7]  # the probe's rotary width and latent, d_nope = Dh / 2
+    assert control["attention"] == "mla" and control["d_rope"] == Dh
+    assert control["kv_rank"] == probe["kv_rank"] and control["d_nope"] == Dh // 2
     runs = result["runs"]
-    assert len(runs) == 7 * len(result["training"]["seeds"])
+    assert len(runs) == 8 * len(result["training"]["seeds"])
     for seed in result["training"]["seeds"]:
         assert sorted(r["variant"] for r in runs if r["seed"] == seed) == sorted(names)
     for run in runs:
@@ -46,6 +52,45 @@ def test_quick_study_writes_the_fields_the_chapter_reads(tmp_path, run_script):
     params = {run["variant"]: run["parameters"] for run in data["runs"]}
     mla = [v["name"] for v in data["variants"][4:6]]
     assert params[mla[0]] > params[mla[1]]
+
+
+def test_add_runs_one_variant_and_keeps_the_others(tmp_path, run_script):
+    full = tmp_path / "full.json"
+    run_script("latent_study.py", "--quick", "--no-progress", "--out", str(full))
+    data = json.loads(full.read_text())
+    control = data["variants"][7]["name"]
+    # the same file without the control variant, then --add puts it back
+    partial = tmp_path / "partial.json"
+    without = {
+        **data,
+        "variants": data["variants"][:7],
+        "runs": [r for r in data["runs"] if r["variant"] != control],
+    }
+    partial.write_text(json.dumps(without))
+    run_script(
+        "latent_study.py", "--quick", "--no-progress", "--out", str(partial), "--add", control
+    )
+    added = json.loads(partial.read_text())
+    _check_fields(added)
+    assert added["runs"][:-1] == without["runs"]  # the other runs are kept as they were
+    # seeded: the added run reproduces the full run's loss for that variant
+    timing = ("train_seconds", "tokens_per_second", "eval_seconds")
+    same = {k: v for k, v in added["runs"][-1].items() if k not in timing}
+    assert same == {k: v for k, v in data["runs"][-1].items() if k not in timing}
+    (addition,) = added["additions"]
+    assert addition["variant"] == control and addition["seconds"] > 0
+    assert "--add" in addition["command"]
+    # a variant already in the file is refused
+    process = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "latent_study.py"), "--quick", "--no-progress"]
+        + ["--out", str(partial), "--add", control],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+        check=False,
+    )
+    assert process.returncode != 0 and "already in" in process.stderr
 
 
 def test_committed_study_has_the_fields_the_chapter_reads():

@@ -127,6 +127,13 @@ NOT_DEGENERATE: dict[tuple[str, str], str] = {
         "sink_attention",
         "transposed",
     ): "the answer is a tuple with a non-square part (output, weights)",
+    # exercises 20 and 21
+    ("qk_norm_attention", "transposed"): "T != Dh in every case: (T, Dh) is not square",
+    ("softcap_attention", "transposed"): "T != Dh in every case: (T, Dh) is not square",
+    ("moe", "input"): "the answer is a tuple (out, router_logits)",
+    ("moe", "transposed"): "the answer is a tuple (out, router_logits), not square",
+    ("load_balancing_loss", "input"): "the answer is a scalar: no argument has its shape",
+    ("load_balancing_loss", "transposed"): "the answer is a scalar (0-d)",
 }
 
 

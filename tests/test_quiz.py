@@ -474,6 +474,19 @@ MODES = {
     ),
     # chapter 14: causal attention with RoPE on q and k
     "14.rope_attention": (_rope_reference, _rope_modes),
+    # chapter 21: a layer's (total, active) parameters, on five configurations
+    "21.moe_parameters": (
+        lambda D, F, E, k, S: (3 * D * F * (E + S) + D * E, 3 * D * F * (k + S) + D * E),
+        lambda D, F, E, k, S: {
+            "no shared expert": S == 0,
+            "one shared expert": S == 1,
+            "several shared experts": S > 1,
+            "top_k = 1": k == 1,
+            "top_k = E": k == E,
+            "1 < top_k < E": 1 < k < E,
+            "a published size (Mixtral 8x7B)": (D, F, E, k) == (4096, 14336, 8, 2),
+        },
+    ),
 }
 
 

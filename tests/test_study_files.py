@@ -51,8 +51,11 @@ def test_a_study_file_keeps_metadata_in_machine_and_uses_one_name_per_quantity(n
     assert set(data.get("machine", {})) <= METADATA
     for path, key in _keys(data):
         assert key not in RENAMED, f"{name}{path}: {key!r} is now {RENAMED[key]}"
-        if key == "seconds":  # a whole study's or rerun's time; one run's is train_seconds
-            assert path in ("", "/reruns/0"), f"{name}{path}: one run's time is train_seconds"
+        if key == "seconds":  # a whole study's, rerun's or addition's time; one run's is
+            # train_seconds (an addition: variants run later with the same protocol)
+            assert re.fullmatch(r"|/reruns/0|/additions/\d+", path), (
+                f"{name}{path}: one run's time is train_seconds"
+            )
 
 
 def test_every_study_script_writes_one_of_these_files():

@@ -115,6 +115,18 @@ CONCEPTS: dict[str, str] = {
     "sees key j when j <= i and (j < num_sink or i - j < window).",
     "sink_attention": "A learned sink is one more logit in each row's softmax (one per head); "
     "after the softmax its column is dropped, so the weights sum to less than 1.",
+    "qk_norm_attention": "QK-norm (Qwen3) divides each head's query and key by their root "
+    "mean square over Dh, times their own gains, before RoPE rotates them; the scores keep "
+    "their 1/sqrt(Dh) scale and the causal mask.",
+    "softcap_attention": "Soft-capping (Gemma 2) maps each scaled score s to cap * tanh(s / "
+    "cap) before the mask and the softmax: small scores pass almost unchanged, large ones "
+    "stay inside (-cap, cap).",
+    "moe": "A mixture of experts takes, for each token, the softmax over the E router logits, "
+    "keeps the k largest probabilities, renormalises them to sum 1, and adds the k experts' "
+    "outputs with those weights (plus the shared experts with weight 1).",
+    "load_balancing_loss": "The balancing loss is E * sum_e f_e P_e: f_e the fraction of "
+    "tokens with e among their top-k choices, P_e the mean router probability of e over the "
+    "tokens.",
 }
 
 # Mistakes with hand-written tiers: (a regular expression on the named mistake, the

@@ -500,6 +500,195 @@ MISTAKES: dict[str, str] = {
         "reshape it to (1, H, 1, 1) (`sinks.view(1, -1, 1, 1)`), so that every query row of "
         "head h gets sinks[h]"
     ),
+    # ---- QK-norm (exercise 20)
+    "qk-norm-after-rope": (
+        "the norms are applied after RoPE: normalise each head's queries and keys first, "
+        "then rotate them (Qwen3: q_norm and k_norm sit between the projection and "
+        "apply_rope); with a gain that is not all ones the two orders differ"
+    ),
+    "qk-norm-over-whole-projection": (
+        "the root mean square is taken over the whole projection (every head's Dh numbers "
+        "together, as OLMo 2 does): Qwen3's QK-norm, the one asked for, normalises each head "
+        "over its own Dh numbers, `x.pow(2).mean(-1, keepdim=True)` on (B, H, T, Dh)"
+    ),
+    "qk-norm-one-norm-for-q-and-k": (
+        "the queries and the keys are normalised with the same gain: q uses q_weight and k "
+        "uses k_weight (two RMSNorms, q_norm and k_norm)"
+    ),
+    "qk-norm-on-values": (
+        "the values are normalised too: QK-norm normalises the queries and keys only (the "
+        "scores are what must stay in range); v goes in unchanged"
+    ),
+    "qk-norm-missing": (
+        "no normalisation: q and k go through RMSNorm over Dh (with gains q_weight and "
+        "k_weight) before RoPE"
+    ),
+    "qk-norm-queries-only": (
+        "only the queries are normalised: normalise the keys too, with k_weight"
+    ),
+    "qk-norm-keys-only": "only the keys are normalised: normalise the queries too, with q_weight",
+    "qk-norm-over-tokens": (
+        "the mean square runs over the positions (dim=-2): RMSNorm normalises each vector "
+        "over its Dh features, dim=-1"
+    ),
+    "qk-norm-mean-subtracted": (
+        "the mean is subtracted (LayerNorm): RMSNorm divides by the root mean square without "
+        "centring"
+    ),
+    "qk-norm-eps-outside-root": (
+        "eps is outside the square root: x / sqrt(mean(x²) + eps), not x / (sqrt(mean(x²)) + eps)"
+    ),
+    "qk-norm-eps-ignored": (
+        "the `eps` argument is ignored (the case gives eps=0.1): use the eps passed in, "
+        "inside the square root"
+    ),
+    "qk-norm-scale-dropped": (
+        "the 1/sqrt(Dh) scale is dropped: QK-norm bounds the size of q and k, but the scores "
+        "are still divided by sqrt(Dh) (Qwen3 keeps `scaling = head_dim ** -0.5`)"
+    ),
+    "qk-norm-scale-one-over-dh": (
+        "the scores are divided by Dh, not by sqrt(Dh): the scale is Dh^-1/2 "
+        "(`/ math.sqrt(Dh)`), with or without QK-norm (Qwen3: `scaling = head_dim ** -0.5`)"
+    ),
+    "rope-missing": "RoPE is not applied: rotate the normalised q and k with apply_rope",
+    "rope-on-values": "RoPE is applied to the values as well: rotate q and k only",
+    # ---- soft-capping the attention scores (exercise 20)
+    "softcap-after-mask": (
+        "the cap is applied after the mask: cap * tanh(-inf / cap) = -cap, so the masked "
+        "keys get back a weight of about e^-cap relative to the others; cap the scores "
+        "first, then fill the masked ones with -inf (Gemma 2 caps before adding the mask)"
+    ),
+    "softcap-on-probabilities": (
+        "the cap is applied to the probabilities after the softmax: soft-capping acts on "
+        "the scores (logits), cap * tanh(scores / cap), before the mask and the softmax"
+    ),
+    "softcap-before-scale": (
+        "the cap is applied before the 1/sqrt(Dh) scale: scale the scores first, "
+        "q @ k^T / sqrt(Dh), then cap them (Gemma 2 scales the queries, then caps)"
+    ),
+    "softcap-factor-missing": (
+        "the cap does not multiply the tanh: softcap(s) = cap * tanh(s / cap), which keeps "
+        "small scores unchanged and bounds the rest in (-cap, cap); tanh(s / cap) alone "
+        "squeezes every score into (-1, 1)"
+    ),
+    "softcap-divide-missing": (
+        "the scores are not divided by the cap inside the tanh: cap * tanh(s / cap), not "
+        "cap * tanh(s)"
+    ),
+    "softcap-clamped": (
+        "the scores are clipped (clamp to [-cap, cap]): soft-capping is smooth, "
+        "cap * tanh(s / cap), and keeps a gradient for large scores"
+    ),
+    "softcap-ignored": "the cap is not applied: the scores go through cap * tanh(s / cap)",
+    "softcap-on-output": (
+        "the cap is applied to the output: it belongs on the scores, before the mask and "
+        "the softmax"
+    ),
+    # ---- mixture of experts (exercise 21)
+    "moe-weights-not-renormalised": (
+        "the top-k weights are not renormalised: divide the k probabilities by their sum, "
+        "so that each token's k weights add up to 1 (Mixtral)"
+    ),
+    "moe-no-router-softmax": (
+        "the router logits themselves weight the experts: take the softmax over the E "
+        "logits, then the top-k probabilities, renormalised"
+    ),
+    "moe-softmax-over-tokens": (
+        "the softmax runs over the tokens (dim=0): each token's probabilities are over the "
+        "E experts, softmax(router_logits, dim=-1)"
+    ),
+    "moe-top-k-over-tokens": (
+        "the top-k runs over the tokens (dim=0): each expert picked its k tokens (that is "
+        "expert-choice routing); the contract lets each token pick its k experts, "
+        "topk(probs, k, dim=-1)"
+    ),
+    "moe-routing-per-sequence": (
+        "the experts are chosen once per sequence: routing is per token, every token of "
+        "every sequence picks its own k experts from its own router logits (flatten to "
+        "(B*T, D) first)"
+    ),
+    "moe-uniform-expert-weights": (
+        "the k experts are averaged with equal weights 1/k: weight each by its renormalised "
+        "router probability"
+    ),
+    "moe-expert-outputs-unweighted": (
+        "the k experts' outputs are summed without their weights: multiply each by its "
+        "renormalised router probability"
+    ),
+    "moe-shared-forgotten": (
+        "the shared experts are not added: with num_shared > 0, every token also goes "
+        "through self.shared, added with weight 1"
+    ),
+    "moe-shared-averaged": (
+        "the shared and the routed outputs are averaged: add them, routed + shared(x), the "
+        "shared part with weight 1"
+    ),
+    "moe-shared-weighted": (
+        "the shared output is multiplied by a router weight: the shared experts take every "
+        "token with weight 1, outside the routing"
+    ),
+    "moe-router-probabilities-returned": (
+        "the second output holds probabilities: return the raw router logits, "
+        "self.router(x) flattened to (B*T, E) (the balancing loss takes logits)"
+    ),
+    "moe-router-logits-not-flattened": (
+        "router_logits has shape (B, T, E): return it flattened to (B*T, E), one row per "
+        "token, as Mixtral does"
+    ),
+    "moe-router-gets-no-gradient": (
+        "the router gets no gradient: the routing weights must stay in the graph (no "
+        "`.detach()`, `.item()`, `torch.no_grad()`), so that the router learns from the loss"
+    ),
+    # ---- the load-balancing loss (exercise 21)
+    "balance-factor-e-missing": (
+        "the factor E (num_experts) is missing: L = E * sum_e f_e * P_e, so that even "
+        "routing gives k whatever E is"
+    ),
+    "balance-first-slot-only": (
+        "f counts only each token's first choice (slot 0): f_e is the fraction of tokens "
+        "that picked e in any of their k slots (sum_e f_e = k)"
+    ),
+    "balance-p-from-top-k": (
+        "P keeps only the top-k probabilities: P_e is the mean over the tokens of the full "
+        "softmax over all E experts"
+    ),
+    "balance-f-divided-by-k": (
+        "f is divided by k (a fraction of the N*k assignments): f_e is the fraction of the "
+        "N tokens that picked e, so sum_e f_e = k"
+    ),
+    "balance-sum-over-tokens": (
+        "f or P is summed over the tokens: both are means over the N tokens (fractions and "
+        "mean probabilities)"
+    ),
+    "balance-sums-for-means": (
+        "f and P are both summed over the tokens, not averaged: the loss comes out N^2 times "
+        "too large (N tokens); f_e is a fraction and P_e a mean, `.mean(dim=0)` for both"
+    ),
+    "balance-p-from-renormalised-top-k": (
+        "P uses only the k chosen probabilities of each token, renormalised to sum 1 (the "
+        "MoE layer's expert weights): P_e is the mean over the tokens of the full softmax "
+        "over all E experts, nothing dropped, nothing renormalised"
+    ),
+    "balance-mean-over-experts": (
+        "f and P are averaged over the experts (dim=-1): they are per-expert means over the "
+        "tokens, dim=0, each of shape (E,)"
+    ),
+    "balance-logits-not-probabilities": (
+        "P averages the raw logits: P_e is the mean router probability, softmax over the E "
+        "logits first"
+    ),
+    "balance-p-for-f": (
+        "f is replaced by P (E * sum_e P_e^2): f_e counts the tokens that picked e in their "
+        "top-k, hard choices, while P_e is the mean probability"
+    ),
+    "balance-f-for-p": (
+        "P is replaced by f (E * sum_e f_e^2): P_e is the mean router probability, which "
+        "carries the gradient to the router"
+    ),
+    "balance-gets-no-gradient": (
+        "no gradient reaches router_logits: P must stay in the graph (no `.detach()`, "
+        "`.item()` or numpy); only f, the hard counts, carries none"
+    ),
 }
 """Every mistake by id: its message, a ``str.format`` template where it has ``{fields}``."""
 

@@ -27,6 +27,7 @@ from .latent import (  # exercise 18 (and the contract's module, graded by no ex
     check_mla_absorbed_attention,
     check_multi_head_latent_attention,
 )
+from .logit_range import check_qk_norm_attention, check_softcap_attention  # exercise 20
 from .long_context import (  # exercise 19
     check_rope_frequencies,
     check_scaled_rope_scores,
@@ -35,6 +36,7 @@ from .long_context import (  # exercise 19
 )
 from .masking import check_causal_mask, check_padding_mask
 from .modern import check_rms_norm, check_swiglu  # chapter 16
+from .moe import check_load_balancing_loss, check_moe  # exercise 21
 from .multihead import check_merge_heads, check_multi_head_attention, check_split_heads
 from .norms import check_batch_norm, check_layer_norm
 from .positional import check_sinusoidal_positional_encoding
@@ -85,6 +87,8 @@ _BY_EXERCISE: dict[str | None, tuple[Callable, ...]] = {
         check_streaming_mask,
         check_sink_attention,
     ),
+    "20_logits_in_range": (check_qk_norm_attention, check_softcap_attention),
+    "21_mixture_of_experts": (check_moe, check_load_balancing_loss),
 }
 
 REGISTRY: tuple[Checker, ...] = tuple(

@@ -396,7 +396,23 @@ def _induction_weights(kind: str, B: int, H: int, T: int, period: int, *, seed: 
     if kind == "uniform":  # uniform over the causal past: score = mean of 1 / (i + 1)
         w = torch.ones(T, T, dtype=dtype).tril()
         return (w / w.sum(dim=-1, keepdim=True)).expand(B, H, T, T).clone()
-    return _weights(B, H, T, seed=seed, causal=True, dtype=dtype)
+
+    def draw(name):
+        return _weights(B, H, T, seed=name, causal=True, dtype=dtype)
+
+    def first_is_not_the_best(w) -> bool:
+        # "the first sequence only" and "the max over the batch" give the same scores when
+        # sequence 0 is the batch's best on every head (about 1 draw in B ** H): redrawn
+        # until some head's best sequence beats sequence 0 clearly, under every run seed
+        per_sequence = diagonal(w).mean(dim=2)  # (B, H)
+        return bool((per_sequence.amax(dim=0) - per_sequence[0]).max() > 1e-3)
+
+    def diagonal(w):
+        return torch.diagonal(w, offset=-(period - 1), dim1=-2, dim2=-1)[..., 1:].double()
+
+    if B == 1 or period >= T:
+        return draw(seed)
+    return draw_until(draw, first_is_not_the_best, seed)
 
 
 def _unambiguous(mistakes, expected: torch.Tensor):

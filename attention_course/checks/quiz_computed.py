@@ -531,6 +531,20 @@ def mistral_cache_bytes_cases(candidate: Callable) -> list[Case]:
     ]
 
 
+def _is_vector(raw: object) -> bool:
+    """A 1-d numpy array or torch tensor (an answer given as one array of numbers)."""
+    if isinstance(raw, torch.Tensor):
+        return raw.dim() == 1
+    return type(raw).__module__ == "numpy" and getattr(raw, "ndim", None) == 1
+
+
+def _is_float(value: object) -> bool:
+    """Whether ``value`` is a floating-point number (Python, numpy or torch)."""
+    if isinstance(value, torch.Tensor):
+        return value.is_floating_point()
+    return isinstance(plain(value), float)
+
+
 def _whole_number(raw: object, what: str) -> int | float:
     """``raw`` as an int (or a float that is not whole, for the message); an integral
     float, ``Fraction`` or ``Decimal`` counts as that int."""
@@ -668,12 +682,129 @@ def rope_attention_cases(candidate: Callable) -> list[Case]:
     ]
 
 
+# ---------------------------------------------------------------- chapter 21: MoE parameters
+
+# (d_model, d_ff, num_experts, top_k, num_shared): small ones, Mixtral 8x7B's layer
+# (Jiang et al. 2024, Table 1: dim 4096, hidden_dim 14336, 8 experts, top-2), many small
+# experts with a shared one, every expert active
+MOE_CONFIGS = (
+    (8, 6, 4, 2, 0),
+    (4096, 14336, 8, 2, 0),
+    (1024, 512, 64, 6, 2),
+    (16, 8, 3, 3, 1),
+    (512, 256, 32, 1, 1),
+)
+
+
+def moe_parameters_reference(d_model, d_ff, num_experts, top_k, num_shared) -> tuple[int, int]:
+    """(total, active per token) parameters of ``MoE(d_model, d_ff, num_experts, top_k,
+    num_shared)``: each SwiGLU expert has 3 bias-free D x F matrices, the shared network
+    3 D x (num_shared F), the router D x E; a token uses the router, its k experts and the
+    shared network."""
+    expert = 3 * d_model * d_ff
+    router = d_model * num_experts
+    total = expert * (num_experts + num_shared) + router
+    return total, expert * (top_k + num_shared) + router
+
+
+def _moe_parameter_mistakes(D, F, E, k, S):
+    right_total, right_active = moe_parameters_reference(D, F, E, k, S)
+    expert, router = 3 * D * F, D * E
+    return [
+        ("the two numbers are swapped: return (total, active)", (right_active, right_total)),
+        (
+            "the router is not counted: it is an nn.Linear(d_model, num_experts) of D * E "
+            "weights, and every token uses it",
+            (right_total - router, right_active - router),
+        ),
+        (
+            "the router is left out of the active count: every token goes through it",
+            (right_total, right_active - router),
+        ),
+        (
+            "each expert has three matrices (SwiGLU: w1, w3, w2), not two",
+            (2 * D * F * (E + S) + router, 2 * D * F * (k + S) + router),
+        ),
+        (
+            "the shared experts are not counted: every token also goes through them",
+            (expert * E + router, expert * k + router),
+        ),
+        (
+            "the shared experts are counted as one expert of width d_ff: they are one network "
+            "of width num_shared * d_ff",
+            (expert * (E + min(S, 1)) + router, expert * (k + min(S, 1)) + router),
+        ),
+        (
+            "the shared experts are counted in the total but not in the active count: every "
+            "token goes through them, so all of them are active",
+            (right_total, expert * k + router),
+        ),
+        (
+            "the active count is not the total times k / E: the router and the shared "
+            "experts are used by every token, only the routed experts are sparse",
+            (right_total, right_total * k // E),
+        ),
+    ]
+
+
+def moe_parameters_cases(candidate: Callable) -> list[Case]:
+    """Cases for ``moe_parameters(d_model, d_ff, num_experts, top_k, num_shared) ->
+    (total, active)``, compared exactly (numpy and torch integers count as ints)."""
+
+    def run_with(config):
+        def run() -> None:
+            D, F, E, k, S = config
+            what = f"{answer_name(candidate)}{config}"
+            raw = call_student(candidate, *config, what=what)
+            if _is_vector(raw):  # an array or tensor of the two, as quiz 20 accepts
+                raw = tuple(raw)
+            got = expect_tuple(raw, 2, what, ("total", "active"))
+            floats = [_is_float(v) for v in got]
+            got = tuple(_whole_number(v, what) for v in got)
+            right = moe_parameters_reference(*config)
+            if got == right:
+                return
+            shown = (
+                "("
+                + ", ".join(
+                    repr(float(v)) if f else str(v) for v, f in zip(got, floats, strict=True)
+                )
+                + ")"
+            )
+            message = f"{what} returned {shown}, expected other numbers"
+            for text, wrong in _moe_parameter_mistakes(*config):
+                if wrong != right and got == wrong:
+                    message += f"\nLikely mistake: {text}."
+                    break
+            else:
+                if any(floats):
+                    message += (
+                        "\nHint: give exact integers: your answer holds floats, and the counts "
+                        "are compared exactly; a float rounds (1.41e9 is not 1409318912), so "
+                        "compute with ints (`3 * d_model * d_ff`, `//` rather than `/`, no "
+                        "rounding)"
+                    )
+            raise CaseFailed(message)
+
+        return run
+
+    names = (
+        "a small layer: D=8, F=6, E=4, top_k=2",
+        "Mixtral 8x7B's layer: D=4096, F=14336, E=8, top_k=2",
+        "64 small experts, top_k=6, two shared",
+        "top_k = E = 3 and one shared: every expert active",
+        "top_k=1 with one shared expert",
+    )
+    return [Case(name, run_with(c)) for name, c in zip(names, MOE_CONFIGS, strict=True)]
+
+
 CASES: dict[str, Callable[[Callable], list[Case]]] = {
     "chosen_beta": chosen_beta_cases,
     "dot_product_attention": dot_product_attention_cases,
     "masked_mean_pool": masked_mean_pool_cases,
     "mistral_cache_bytes": mistral_cache_bytes_cases,
     "rope_attention": rope_attention_cases,  # chapter 14
+    "moe_parameters": moe_parameters_cases,  # chapter 21
 }
 """The computed questions' cases by name, as the question bank names them."""
 
@@ -683,3 +814,4 @@ check_chosen_beta = checker("chosen_beta")(chosen_beta_cases)
 check_dot_product_attention = checker("dot_product_attention")(dot_product_attention_cases)
 check_masked_mean_pool = checker("masked_mean_pool")(masked_mean_pool_cases)
 check_rope_attention = checker("rope_attention")(rope_attention_cases)  # chapter 14
+check_moe_parameters = checker("moe_parameters")(moe_parameters_cases)  # chapter 21

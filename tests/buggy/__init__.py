@@ -20,9 +20,11 @@ from . import (
     interpret,
     kv,
     latent,
+    logit_range,
     long_context,
     masking,
     modern,
+    moe,
     multihead,
     norms,
     relative_positions,
@@ -85,6 +87,12 @@ REFERENCES = {
     "scaled_rope_scores": long_context.reference_scaled_rope_scores,
     "streaming_mask": ac.streaming_mask,
     "sink_attention": ac.sink_attention,
+    # exercise 20: attention steps the package has inside CausalSelfAttention
+    "qk_norm_attention": logit_range.qk_norm_reference,
+    "softcap_attention": logit_range.softcap_reference,
+    # exercise 21
+    "moe": ac.MoE,
+    "load_balancing_loss": ac.load_balancing_loss,
 }
 
 CATALOGUE = [
@@ -106,6 +114,8 @@ CATALOGUE = [
     *rolling_cache.CATALOGUE,  # exercise 15
     *latent.CATALOGUE,  # exercise 18
     *long_context.CATALOGUE,  # exercise 19
+    *logit_range.CATALOGUE,  # exercise 20
+    *moe.CATALOGUE,  # exercise 21
 ]
 
 

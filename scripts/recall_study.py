@@ -76,10 +76,23 @@ sequences (the same for every arm): ``accuracy`` is the share of query positions
 is the right value (chance: ``1 / num_values``). ``paired``: per ``N``, the per-seed
 difference of accuracy between two arms over ALL reported seeds (failed runs included), with
 its mean and a 95 % Student-t interval.
+
+EXTENSION (POST HOC, decided after a reader saw the pre-registered run: both delta arms chose
+the grid's largest ``lr``, 1e-2, with the selection accuracy still rising)::
+
+    python scripts/recall_study.py --extend-lr 0.03 --workers 2
+
+leaves every pre-registered field of the JSON as it is and adds ``extension``: the delta
+arms only (softmax and linear attention chose an interior ``lr``) are trained on the
+selection seed at the extra rates; the same rule (3.) is applied to the union of the
+original and the extra rates; an arm whose choice moves is retrained on every reported seed
+at its new ``lr`` (``runs``), and ``paired`` is recomputed with those runs in place of its
+pre-registered ones (the other arms' runs are the pre-registered ones).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -394,7 +407,16 @@ def _run_all(jobs, workers: int):
 def main(argv: list[str] | None = None) -> None:
     parser = _study.parser(__doc__, DEFAULT_OUT, quick="tiny sizes, a few seconds")
     parser.add_argument("--workers", type=int, default=1, help="runs at once (default 1)")
+    parser.add_argument(
+        "--extend-lr",
+        type=float,
+        nargs="+",
+        help="post hoc: add these lr to the delta arms' grid in the JSON at --out (see EXTENSION)",
+    )
     args = parser.parse_args(argv)
+    if args.extend_lr:
+        extend(args)
+        return
     begin = _study.start(args)
     config, task, training = (
         (QUICK_CONFIG, QUICK_TASK, QUICK_TRAINING) if args.quick else (CONFIG, TASK, TRAINING)
@@ -436,6 +458,62 @@ def main(argv: list[str] | None = None) -> None:
             data["training"]["seeds"] = done
             data["paired"] = paired(data["runs"], task["pairs"], done)
             _study.finish(args.out, data, begin, digits=4)
+
+
+def extend(args) -> None:
+    """The post hoc extension of the delta arms' ``lr`` grid (see EXTENSION in the docstring):
+    reads the JSON at ``args.out``, leaves its fields as they are, adds ``extension``."""
+    begin = _study.start(args)
+    data = json.loads(args.out.read_text())
+    config, task = data["config"], data["task"]
+    training = {k: v for k, v in data["training"].items() if k not in ("seeds", "selection_seed")}
+    seeds, selection_seed = data["training"]["seeds"], data["training"]["selection_seed"]
+    extra = [lr for lr in args.extend_lr if lr not in training["lr_grid"]]
+    command = "python scripts/recall_study.py" + (
+        " --quick" if "--quick" in data["command"] else ""
+    )
+    command += " --extend-lr " + " ".join(f"{lr:g}" for lr in extra)
+    if args.workers > 1:
+        command += f" --workers {args.workers}"
+    ext = {
+        "post_hoc": True,
+        "command": command,
+        "arms": list(DELTA_ARMS),
+        "lr_grid_added": extra,
+        "lr_grid": sorted(training["lr_grid"] + extra),
+    }
+    jobs = [
+        (kind, config, task, training, selection_seed, lr, VALIDATION_BASE)
+        for kind in DELTA_ARMS
+        for lr in extra
+    ]
+    ext["selection"] = [r for records in _run_all(jobs, args.workers) for r in records]
+    for r in ext["selection"]:
+        r.pop("gates", None)
+    ext["chosen_lr"] = select_lr(data["selection"] + ext["selection"], DELTA_ARMS)
+    moved = [a for a in DELTA_ARMS if ext["chosen_lr"][a] != data["chosen_lr"][a]]
+    print("extension: chosen lr", ext["chosen_lr"], "moved:", moved, flush=True)
+    ext["moved"], ext["runs"], ext["seeds_done"] = moved, [], []
+
+    def write():
+        kept = [r for r in data["runs"] if r["arm"] not in moved or r["seed"] not in done]
+        ext["seeds_done"] = done
+        ext["paired"] = paired(kept + ext["runs"], task["pairs"], done) if moved and done else []
+        ext["seconds"] = _study.seconds_since(begin)
+        data["extension"] = ext
+        _study.write(args.out, data, digits=4)
+
+    done = []
+    write()
+    jobs = [
+        (kind, config, task, training, s, ext["chosen_lr"][kind]) for s in seeds for kind in moved
+    ]
+    for records in _run_all(jobs, args.workers):
+        ext["runs"].extend(records)
+        finished = sorted({r["seed"] for r in ext["runs"]})
+        if len(ext["runs"]) == len(finished) * len(moved) * len(task["pairs"]):
+            done = finished  # a whole seed (every moved arm) is in
+            write()
 
 
 if __name__ == "__main__":

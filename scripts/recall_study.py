@@ -82,8 +82,9 @@ the grid's largest ``lr``, 1e-2, with the selection accuracy still rising)::
 
     python scripts/recall_study.py --extend-lr 0.03 --workers 2
 
-leaves every pre-registered field of the JSON as it is and adds ``extension``: the delta
-arms only (softmax and linear attention chose an interior ``lr``) are trained on the
+leaves every pre-registered field of the JSON as it is and adds an entry named
+``delta_lr_extension`` to ``additions`` (a later run's entries, each with its ``seconds``):
+the delta arms only (softmax and linear attention chose an interior ``lr``) are trained on the
 selection seed at the extra rates; the same rule (3.) is applied to the union of the
 original and the extra rates; an arm whose choice moves is retrained on every reported seed
 at its new ``lr`` (``runs``), and ``paired`` is recomputed with those runs in place of its
@@ -132,6 +133,7 @@ DELTA_ARMS = ("delta", "gated_delta")
 PAIRS = (("delta", "linear"), ("gated_delta", "delta"), ("gated_delta", "linear"))
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}
 QUANTILES = (0.1, 0.5, 0.9)
+EXTENSION = "delta_lr_extension"  # the name of the post hoc extension in ``additions``
 EVAL_BASE, VALIDATION_BASE = 10_000, 20_000  # generators of the reported / selection sets
 
 
@@ -462,7 +464,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def extend(args) -> None:
     """The post hoc extension of the delta arms' ``lr`` grid (see EXTENSION in the docstring):
-    reads the JSON at ``args.out``, leaves its fields as they are, adds ``extension``."""
+    reads the JSON at ``args.out``, leaves its fields as they are, and adds (or replaces) the
+    ``additions`` entry named ``delta_lr_extension``."""
     begin = _study.start(args)
     data = json.loads(args.out.read_text())
     config, task = data["config"], data["task"]
@@ -476,6 +479,7 @@ def extend(args) -> None:
     if args.workers > 1:
         command += f" --workers {args.workers}"
     ext = {
+        "name": EXTENSION,
         "post_hoc": True,
         "command": command,
         "arms": list(DELTA_ARMS),
@@ -500,7 +504,8 @@ def extend(args) -> None:
         ext["seeds_done"] = done
         ext["paired"] = paired(kept + ext["runs"], task["pairs"], done) if moved and done else []
         ext["seconds"] = _study.seconds_since(begin)
-        data["extension"] = ext
+        others = [a for a in data.get("additions", []) if a.get("name") != EXTENSION]
+        data["additions"] = others + [ext]
         _study.write(args.out, data, digits=4)
 
     done = []

@@ -172,3 +172,68 @@ def test_the_learning_rate_rule_takes_the_best_mean_and_the_smaller_on_a_tie(mon
         {"arm": "b", "lr": 1e-3, "accuracy": 0.4},  # a tie: the smaller lr
     ]
     assert recall_study.select_lr(rows, arms=("a", "b")) == {"a": 1e-3, "b": 1e-3}
+
+
+def _check_extension(data: dict) -> None:
+    """The post hoc extension: delta arms only, the same rule on the union of the rates, an
+    arm retrained on every reported seed only where its choice moved."""
+    assert [a["name"] for a in data["additions"]] == ["delta_lr_extension"]
+    ext = data["additions"][0]
+    assert ext["post_hoc"] is True and ext["arms"] == ["delta", "gated_delta"]
+    assert ext["command"].startswith("python scripts/recall_study.py")
+    assert "--extend-lr" in ext["command"] and ext["seconds"] > 0
+    old_grid, grid = data["training"]["lr_grid"], data["task"]["pairs"]
+    assert not set(ext["lr_grid_added"]) & set(old_grid)
+    assert ext["lr_grid"] == sorted(old_grid + ext["lr_grid_added"])
+    assert {(r["arm"], r["lr"], r["pairs"]) for r in ext["selection"]} == {
+        (a, lr, n) for a in ext["arms"] for lr in ext["lr_grid_added"] for n in grid
+    }
+    assert all(r["seed"] == data["training"]["selection_seed"] for r in ext["selection"])
+    for arm in ext["arms"]:  # the pre-registered rule on the union of the rates
+        mean = {}
+        for r in data["selection"] + ext["selection"]:
+            if r["arm"] == arm:
+                mean.setdefault(r["lr"], []).append(r["accuracy"])
+        best = max(sum(v) / len(v) for v in mean.values())
+        chosen = ext["chosen_lr"][arm]
+        assert sum(mean[chosen]) / len(mean[chosen]) == pytest.approx(best, abs=1e-3)
+    assert ext["moved"] == [a for a in ext["arms"] if ext["chosen_lr"][a] != data["chosen_lr"][a]]
+    done = ext["seeds_done"]
+    assert set(done) <= set(data["training"]["seeds"])
+    assert {(r["arm"], r["pairs"], r["seed"]) for r in ext["runs"]} >= {
+        (a, n, s) for a in ext["moved"] for n in grid for s in done
+    }
+    assert all(r["lr"] == ext["chosen_lr"][r["arm"]] for r in ext["runs"])
+    if not (ext["moved"] and done):
+        assert ext["paired"] == []
+        return
+    acc = {(r["arm"], r["pairs"], r["seed"]): r["accuracy"] for r in data["runs"]}
+    acc.update({(r["arm"], r["pairs"], r["seed"]): r["accuracy"] for r in ext["runs"]})
+    assert len(ext["paired"]) == len(PAIRS) * len(grid)
+    for p in ext["paired"]:
+        diffs = [acc[p["arm"], p["pairs"], s] - acc[p["minus"], p["pairs"], s] for s in done]
+        assert p["differences"] == pytest.approx(diffs, abs=2e-4)
+
+
+def test_the_quick_extension_keeps_the_registered_run_and_adds_its_own_section(
+    tmp_path, monkeypatch
+):
+    recall_study = _study_module(monkeypatch)
+    out = tmp_path / "recall.json"
+    recall_study.main(["--quick", "--out", str(out)])
+    before = json.loads(out.read_text())
+    recall_study.main(["--quick", "--out", str(out), "--extend-lr", "0.03", "0.1"])
+    data = json.loads(out.read_text())
+    assert {k: v for k, v in data.items() if k != "additions"} == before
+    _check(data)
+    _check_extension(data)
+    assert data["additions"][0]["lr_grid_added"] == [0.03, 0.1]
+    assert data["additions"][0]["command"].endswith("--quick --extend-lr 0.03 0.1")
+
+
+def test_the_committed_extension_tried_3e_2_for_the_delta_arms_only():
+    data = json.loads(COMMITTED.read_text())
+    _check_extension(data)
+    ext = data["additions"][0]
+    assert ext["command"] == "python scripts/recall_study.py --extend-lr 0.03 --workers 2"
+    assert ext["lr_grid_added"] == [0.03]

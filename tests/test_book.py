@@ -1,6 +1,7 @@
 """The book's structure: every chapter is in the table of contents, every
 notebook records the python3 kernel, and committed notebooks carry outputs."""
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -64,6 +65,22 @@ def _output_texts(output) -> list[tuple[str, str]]:
         return [("traceback", "\n".join(output["traceback"]))]
     data = output.get("data", {})
     return [(mime, data[mime]) for mime in data if mime.startswith("text/")]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_markdown_has_no_control_characters(path):
+    """A notebook edited by a script that wrote `"\times"` into a Python string stored a TAB
+    and "imes" (chapter 23's summary rendered "T/W<TAB>imes T/W"); the same happens to
+    `\frac` (form feed), `\beta` (backspace), `\right` (carriage return) and `\v...`."""
+    bad = []
+    for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+        if cell["cell_type"] != "markdown":
+            continue
+        for line in "".join(cell["source"]).splitlines():
+            found = sorted({repr(c) for c in line if ord(c) < 32 and c not in "\n"})
+            if found:
+                bad.append(f"cell {i}: {', '.join(found)} in {line.strip()[:70]!r}")
+    assert not bad, "\n".join(bad)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))

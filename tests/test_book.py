@@ -84,6 +84,23 @@ def test_markdown_has_no_control_characters(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_backtick_fence_has_a_backtick_in_its_info_string(path):
+    """CommonMark: the info string of a backtick fence may not contain a backtick, so
+    ```{admonition} ... `repeat` is no fence at all: the box became a paragraph and its
+    closing ``` opened a code block that swallowed the next paragraph (chapter 15, found by
+    a translator). A title with inline code needs a colon fence, :::{admonition}."""
+    bad = []
+    for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+        if cell["cell_type"] != "markdown":
+            continue
+        for line in "".join(cell["source"]).splitlines():
+            match = re.match(r"^\s*(`{3,})(.*)$", line)
+            if match and "`" in match.group(2):
+                bad.append(f"cell {i}: {line.strip()[:80]}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_committed_outputs_carry_no_warnings(path):
     """A warning in a committed output is noise a reader cannot act on, and it differs
     between machines. Fix its cause (or silence it in the code, with a reason), then

@@ -22,6 +22,7 @@ from .interpret import (
     check_induction_scores,
 )
 from .kv import check_repeat_kv, check_sliding_window_mask
+from .linear import check_gated_delta_rule, check_linear_attention  # exercise 22
 from .latent import (  # exercise 18 (and the contract's module, graded by no exercise yet)
     check_kv_cache_bytes,
     check_mla_absorbed_attention,
@@ -89,6 +90,7 @@ _BY_EXERCISE: dict[str | None, tuple[Callable, ...]] = {
     ),
     "20_logits_in_range": (check_qk_norm_attention, check_softcap_attention),
     "21_mixture_of_experts": (check_moe, check_load_balancing_loss),
+    "22_linear_attention": (check_linear_attention, check_gated_delta_rule),
 }
 
 REGISTRY: tuple[Checker, ...] = tuple(

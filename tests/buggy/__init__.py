@@ -20,6 +20,7 @@ from . import (
     interpret,
     kv,
     latent,
+    linear,
     logit_range,
     long_context,
     masking,
@@ -93,6 +94,9 @@ REFERENCES = {
     # exercise 21
     "moe": ac.MoE,
     "load_balancing_loss": ac.load_balancing_loss,
+    # exercise 22
+    "linear_attention": ac.linear_attention,
+    "gated_delta_rule": ac.gated_delta_rule,
 }
 
 CATALOGUE = [
@@ -116,6 +120,7 @@ CATALOGUE = [
     *long_context.CATALOGUE,  # exercise 19
     *logit_range.CATALOGUE,  # exercise 20
     *moe.CATALOGUE,  # exercise 21
+    *linear.CATALOGUE,  # exercise 22
 ]
 
 

@@ -1,0 +1,240 @@
+"""Buggy linear attention and gated delta rules (exercise 22), each written as a student
+writes them, token by token with a running state: ``linear_attention(query, key, value,
+causal=True)`` and ``gated_delta_rule(query, key, value, g, beta, initial_state=None)``."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def _recurrent_linear(q, k, v, causal=True, *, phi=lambda x: F.elu(x) + 1, normalise=True,
+                      read_first=False, phi_v=False, scale_q=False, z_all=False,
+                      ignore_causal=False, ignore_flag=False):
+    """Linear attention as a loop over the positions (the right one with no option set)."""
+    T, S = q.shape[-2], k.shape[-2]
+    if causal and S != T:
+        raise ValueError(f"causal=True needs S = T, got S={S}, T={T}")
+    if scale_q:
+        q = q / math.sqrt(q.shape[-1])
+    fq, fk = phi(q), phi(k)
+    fv = phi(v) if phi_v else v
+    if ignore_flag:
+        causal = True
+    if not causal or ignore_causal:
+        state = fk.transpose(-2, -1) @ fv
+        z = fk.sum(dim=-2)
+        out = fq @ state
+        if normalise:
+            out = out / (fq * z[..., None, :]).sum(-1, keepdim=True)
+        return out
+    state = torch.zeros(*q.shape[:-2], q.shape[-1], v.shape[-1], dtype=q.dtype)
+    z = torch.zeros(*q.shape[:-1][:-1], q.shape[-1], dtype=q.dtype)
+    z_total = fk.sum(dim=-2)
+    outs = []
+    for i in range(T):
+        if read_first:
+            num = (fq[..., i, :, None] * state).sum(-2)
+            den = (fq[..., i, :] * z).sum(-1, keepdim=True)
+        state = state + fk[..., i, :, None] * fv[..., i, None, :]
+        z = z + fk[..., i, :]
+        if not read_first:
+            num = (fq[..., i, :, None] * state).sum(-2)
+            den = (fq[..., i, :] * (z_total if z_all else z)).sum(-1, keepdim=True)
+        outs.append(num / den if normalise else num)
+    return torch.stack(outs, dim=-2)
+
+
+def linear_right(query, key, value, causal=True):
+    """Not a mistake: the recurrent form, right (passes)."""
+    return _recurrent_linear(query, key, value, causal)
+
+
+def linear_no_normaliser(query, key, value, causal=True):
+    """The normaliser forgotten: phi(q)^T S only."""
+    return _recurrent_linear(query, key, value, causal, normalise=False)
+
+
+def linear_read_before_update(query, key, value, causal=True):
+    """The output read before the state update: token i sees only j < i."""
+    return _recurrent_linear(query, key, value, causal, read_first=True)
+
+
+def linear_not_causal(query, key, value, causal=True):
+    """causal=True computed with the sums over every key."""
+    return _recurrent_linear(query, key, value, causal, ignore_causal=True)
+
+
+def linear_elu_only(query, key, value, causal=True):
+    """phi = elu without the +1."""
+    return _recurrent_linear(query, key, value, causal, phi=F.elu)
+
+
+def linear_phi_on_values(query, key, value, causal=True):
+    """phi applied to the values as well."""
+    return _recurrent_linear(query, key, value, causal, phi_v=True)
+
+
+def linear_z_not_causal(query, key, value, causal=True):
+    """The normaliser summed over every key while the numerator is causal."""
+    return _recurrent_linear(query, key, value, causal, z_all=True)
+
+
+def linear_always_causal(query, key, value, causal=True):
+    """causal=False ignored: the causal recurrence every time."""
+    return _recurrent_linear(query, key, value, causal, ignore_flag=True)
+
+
+def linear_scaled(query, key, value, causal=True):
+    """The queries scaled by 1/sqrt(Dk) before phi (softmax attention's habit)."""
+    return _recurrent_linear(query, key, value, causal, scale_q=True)
+
+
+def linear_no_feature_map(query, key, value, causal=True):
+    """No feature map at all: raw q . k weights."""
+    return _recurrent_linear(query, key, value, causal, phi=lambda x: x)
+
+
+def linear_no_value_error(query, key, value, causal=True):
+    """causal=True with S != T does not raise (the loop runs over min(T, S))."""
+    if causal and key.shape[-2] != query.shape[-2]:
+        return torch.zeros(*query.shape[:-1], value.shape[-1], dtype=query.dtype)
+    return _recurrent_linear(query, key, value, causal)
+
+
+# ---------------------------------------------------------------- the gated delta rule
+
+
+def _delta(q, k, v, g, beta, initial_state=None, *, order="right", read_first=False,
+           scale=True, use_initial=True, transpose_state=False, g_direct=False,
+           time_axis=1):
+    if time_axis == 2:  # treats (B, T, H, D) as (B, H, T, D)
+        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+        g, beta = g.transpose(1, 2), beta.transpose(1, 2)
+        initial_state = None
+    B, T, H, Dk = k.shape
+    S = torch.zeros(B, H, Dk, v.shape[-1], dtype=q.dtype)
+    if initial_state is not None and use_initial:
+        S = initial_state
+    outs = []
+    for t in range(T):
+        a = g[:, t] if g_direct else g[:, t].exp()  # (B, H)
+        a, b = a[..., None, None], beta[:, t, :, None, None]
+        kt = k[:, t, :, :, None]  # (B, H, Dk, 1)
+        vt = v[:, t, :, None, :]  # (B, H, 1, Dv)
+        qt = q[:, t, :, :, None]
+        if read_first:
+            outs.append((S * qt).sum(-2))
+        if order == "decay after":
+            S = a * (S + b * kt * (vt - (S * kt).sum(-2, keepdim=True)))
+        elif order == "undecayed read":
+            S = a * S + b * kt * (vt - (S * kt).sum(-2, keepdim=True))
+        elif order == "beta on value":
+            S = a * S + kt * (b * vt - (a * S * kt).sum(-2, keepdim=True))
+        elif order == "beta on whole":
+            S = b * (a * S + kt * (vt - (a * S * kt).sum(-2, keepdim=True)))
+        else:
+            S = a * S
+            S = S + b * kt * (vt - (S * kt).sum(-2, keepdim=True))
+        if not read_first:
+            outs.append((S * qt).sum(-2))
+    out = torch.stack(outs, dim=1)  # (B, T, H, Dv)
+    if scale:
+        out = out / math.sqrt(Dk)
+    if time_axis == 2:
+        out = out.transpose(1, 2)
+    return out, (S.transpose(-2, -1) if transpose_state else S)
+
+
+def delta_right(query, key, value, g, beta, initial_state=None):
+    """Not a mistake: the recurrence, right (passes)."""
+    return _delta(query, key, value, g, beta, initial_state)
+
+
+def delta_decay_after(query, key, value, g, beta, initial_state=None):
+    """The decay applied after the update: S = a (S + beta k (v - S^T k)^T)."""
+    return _delta(query, key, value, g, beta, initial_state, order="decay after")
+
+
+def delta_undecayed_read(query, key, value, g, beta, initial_state=None):
+    """The correction read against the undecayed state: v - S_{t-1}^T k."""
+    return _delta(query, key, value, g, beta, initial_state, order="undecayed read")
+
+
+def delta_beta_on_value(query, key, value, g, beta, initial_state=None):
+    """beta on the value only: k (beta v - (a S)^T k)^T."""
+    return _delta(query, key, value, g, beta, initial_state, order="beta on value")
+
+
+def delta_beta_on_whole(query, key, value, g, beta, initial_state=None):
+    """beta on the whole update, the decayed state included."""
+    return _delta(query, key, value, g, beta, initial_state, order="beta on whole")
+
+
+def delta_no_scale(query, key, value, g, beta, initial_state=None):
+    """The 1/sqrt(Dk) scale of the output forgotten."""
+    return _delta(query, key, value, g, beta, initial_state, scale=False)
+
+
+def delta_read_first(query, key, value, g, beta, initial_state=None):
+    """The output read before the update (S_{t-1}^T q_t)."""
+    return _delta(query, key, value, g, beta, initial_state, read_first=True)
+
+
+def delta_initial_ignored(query, key, value, g, beta, initial_state=None):
+    """initial_state ignored: always zeros."""
+    return _delta(query, key, value, g, beta, initial_state, use_initial=False)
+
+
+def delta_state_transposed(query, key, value, g, beta, initial_state=None):
+    """The state returned as (B, H, Dv, Dk)."""
+    return _delta(query, key, value, g, beta, initial_state, transpose_state=True)
+
+
+def delta_g_as_decay(query, key, value, g, beta, initial_state=None):
+    """g used as the decay a itself, not exp(g)."""
+    return _delta(query, key, value, g, beta, initial_state, g_direct=True)
+
+
+def delta_time_axis(query, key, value, g, beta, initial_state=None):
+    """The recurrence over axis 2 (the heads): the layout read as (B, H, T, D)."""
+    return _delta(query, key, value, g, beta, initial_state, time_axis=2)
+
+
+CATALOGUE = [
+    ("linear_attention", "normaliser forgotten", linear_no_normaliser, "linear-normaliser-missing"),
+    (
+        "linear_attention",
+        "state updated after the read",
+        linear_read_before_update,
+        "linear-state-updated-after-read",
+    ),
+    ("linear_attention", "not causal", linear_not_causal, "linear-not-causal"),
+    ("linear_attention", "elu without +1", linear_elu_only, "linear-feature-map-elu-without-one"),
+    ("linear_attention", "phi on the values", linear_phi_on_values, "linear-feature-map-on-values"),
+    (
+        "linear_attention",
+        "normaliser not causal",
+        linear_z_not_causal,
+        "linear-normaliser-not-causal",
+    ),
+    ("linear_attention", "causal=False ignored", linear_always_causal, "linear-causal-flag-ignored"),
+    ("linear_attention", "queries scaled", linear_scaled, "linear-scaled"),
+    ("linear_attention", "no feature map", linear_no_feature_map, "linear-feature-map-missing"),
+    ("linear_attention", "no ValueError for S != T", linear_no_value_error, None),
+    ("gated_delta_rule", "decay after the update", delta_decay_after, "delta-decay-after-update"),
+    ("gated_delta_rule", "undecayed read-back", delta_undecayed_read, "delta-read-undecayed"),
+    ("gated_delta_rule", "beta on the value", delta_beta_on_value, "delta-beta-on-value-only"),
+    ("gated_delta_rule", "beta on the whole", delta_beta_on_whole, "delta-beta-on-whole-update"),
+    ("gated_delta_rule", "no 1/sqrt(Dk)", delta_no_scale, "delta-scale-missing"),
+    ("gated_delta_rule", "output before update", delta_read_first, "delta-output-before-update"),
+    (
+        "gated_delta_rule",
+        "initial state ignored",
+        delta_initial_ignored,
+        "delta-initial-state-ignored",
+    ),
+    ("gated_delta_rule", "state transposed", delta_state_transposed, "delta-state-transposed"),
+    ("gated_delta_rule", "g as the decay", delta_g_as_decay, "delta-g-used-as-decay"),
+    ("gated_delta_rule", "time over the heads", delta_time_axis, "delta-time-axis-wrong"),
+]

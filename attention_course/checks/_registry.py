@@ -22,12 +22,12 @@ from .interpret import (
     check_induction_scores,
 )
 from .kv import check_repeat_kv, check_sliding_window_mask
-from .linear import check_gated_delta_rule, check_linear_attention  # exercise 22
 from .latent import (  # exercise 18 (and the contract's module, graded by no exercise yet)
     check_kv_cache_bytes,
     check_mla_absorbed_attention,
     check_multi_head_latent_attention,
 )
+from .linear import check_gated_delta_rule, check_linear_attention  # exercise 22
 from .logit_range import check_qk_norm_attention, check_softcap_attention  # exercise 20
 from .long_context import (  # exercise 19
     check_rope_frequencies,

@@ -54,8 +54,20 @@ _PHI = {
 }
 
 
-def _linear_variant(q, k, v, causal=True, *, phi="elu+1", normaliser=True, keys="causal",
-                    denominator=None, scaled=False, phi_on_values=False, first=None):
+def _linear_variant(
+    q,
+    k,
+    v,
+    causal=True,
+    *,
+    phi="elu+1",
+    normaliser=True,
+    keys="causal",
+    denominator=None,
+    scaled=False,
+    phi_on_values=False,
+    first=None,
+):
     """Linear attention in its explicit (..., T, S) form with one mistake switched on (none:
     the right output). ``keys`` picks the keys each position sums over ("causal": j <= i,
     "strict": j < i, "all"); ``denominator`` the normaliser's (default: the same);
@@ -115,8 +127,20 @@ def _away_from_zero(q, k, causal) -> bool:
     return bool((den.abs() >= 0.05).all())
 
 
-def _linear_case(candidate, lead, T, S, Dk, Dv, seed, *, causal=True, dtype=torch.float64,
-                 grad=False, pass_causal=True):
+def _linear_case(
+    candidate,
+    lead,
+    T,
+    S,
+    Dk,
+    Dv,
+    seed,
+    *,
+    causal=True,
+    dtype=torch.float64,
+    grad=False,
+    pass_causal=True,
+):
     """Inputs q ``(*lead, T, Dk)``, k ``(*lead, S, Dk)``, v ``(*lead, S, Dv)``."""
 
     def run():
@@ -292,7 +316,7 @@ def _delta_variant(q, k, v, g, beta, state, **mistake):
         elif read_before == "decayed":
             outputs.append((a * S * q[:, :, t, :, None]).sum(dim=-2) * scale)
 
-        def read(M):
+        def read(M, kt=kt):
             return (M * kt).sum(dim=-2, keepdim=True)  # M^T k: (B, H, 1, Dv)
 
         if update == "decay after":
@@ -361,8 +385,9 @@ def _delta_inputs(B, T, H, Dk, Dv, seed, *, initial, plain):
     return q, k, v, g, beta, state
 
 
-def _delta_case(candidate, B, T, H, Dk, Dv, seed, *, initial=False, plain=False,
-                dtype=torch.float64, grad=False):
+def _delta_case(
+    candidate, B, T, H, Dk, Dv, seed, *, initial=False, plain=False, dtype=torch.float64, grad=False
+):
     def run():
         inputs = _delta_inputs(B, T, H, Dk, Dv, seed, initial=initial, plain=plain)
         inputs = [None if x is None else x.to(dtype) for x in inputs]

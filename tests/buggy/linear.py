@@ -8,9 +8,21 @@ import torch
 import torch.nn.functional as F
 
 
-def _recurrent_linear(q, k, v, causal=True, *, phi=lambda x: F.elu(x) + 1, normalise=True,
-                      read_first=False, phi_v=False, scale_q=False, z_all=False,
-                      ignore_causal=False, ignore_flag=False):
+def _recurrent_linear(
+    q,
+    k,
+    v,
+    causal=True,
+    *,
+    phi=lambda x: F.elu(x) + 1,
+    normalise=True,
+    read_first=False,
+    phi_v=False,
+    scale_q=False,
+    z_all=False,
+    ignore_causal=False,
+    ignore_flag=False,
+):
     """Linear attention as a loop over the positions (the right one with no option set)."""
     T, S = q.shape[-2], k.shape[-2]
     if causal and S != T:
@@ -105,9 +117,22 @@ def linear_no_value_error(query, key, value, causal=True):
 # ---------------------------------------------------------------- the gated delta rule
 
 
-def _delta(q, k, v, g, beta, initial_state=None, *, order="right", read_first=False,
-           scale=True, use_initial=True, transpose_state=False, g_direct=False,
-           time_axis=1):
+def _delta(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    initial_state=None,
+    *,
+    order="right",
+    read_first=False,
+    scale=True,
+    use_initial=True,
+    transpose_state=False,
+    g_direct=False,
+    time_axis=1,
+):
     if time_axis == 2:  # treats (B, T, H, D) as (B, H, T, D)
         q, k, v = (x.transpose(1, 2) for x in (q, k, v))
         g, beta = g.transpose(1, 2), beta.transpose(1, 2)
@@ -218,7 +243,12 @@ CATALOGUE = [
         linear_z_not_causal,
         "linear-normaliser-not-causal",
     ),
-    ("linear_attention", "causal=False ignored", linear_always_causal, "linear-causal-flag-ignored"),
+    (
+        "linear_attention",
+        "causal=False ignored",
+        linear_always_causal,
+        "linear-causal-flag-ignored",
+    ),
     ("linear_attention", "queries scaled", linear_scaled, "linear-scaled"),
     ("linear_attention", "no feature map", linear_no_feature_map, "linear-feature-map-missing"),
     ("linear_attention", "no ValueError for S != T", linear_no_value_error, None),

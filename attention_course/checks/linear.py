@@ -220,7 +220,6 @@ def _linear_refuses(candidate):
 
 @checker(
     "linear_attention",
-    answer_builtins=("attention_course.linear.linear_attention",),
     chapter="22_linear_attention",
 )
 def check_linear_attention(candidate) -> list[Case]:
@@ -451,7 +450,6 @@ def _delta_case(
 
 @checker(
     "gated_delta_rule",
-    answer_builtins=("attention_course.linear.gated_delta_rule",),
     chapter="22_linear_attention",
 )
 def check_gated_delta_rule(candidate) -> list[Case]:

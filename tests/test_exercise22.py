@@ -1,0 +1,333 @@
+"""Exercise 22 (attention with a fixed-size state): the checkers of linear attention and the
+gated delta rule, their mistake simulators, and the computed question 22.state_or_cache.
+
+The catalogue (`tests/buggy/linear.py`) is run by tests/test_checks.py (each mistake
+rejected and named) and tests/test_seed.py (the same verdicts under several run seeds);
+here: the simulators without a mistake are the package's functions, every mistake is named
+by the first failing case under many run seeds, the float32 round trip is told the rule,
+the quiz's formulas and drawn configurations, and a solution that calls the package's
+reference fails the check cell and the grader alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import attention_course as ac
+from attention_course.checks import check_gated_delta_rule, check_linear_attention
+from attention_course.checks.linear import _delta_inputs, _delta_variant, _linear_variant
+from attention_course.checks.quiz_computed import (
+    QWEN3_NEXT,
+    STATE_CACHE_CASES,
+    _drawn_state_config,
+    state_or_cache_reference,
+)
+from attention_course.quiz import check_quiz
+
+sys.path.insert(0, os.path.dirname(__file__))
+from buggy import linear  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKS = {"linear_attention": check_linear_attention, "gated_delta_rule": check_gated_delta_rule}
+
+
+# ---------------------------------------------------------------- the simulators
+
+
+@pytest.mark.parametrize("causal, T, S", [(True, 6, 6), (False, 6, 6), (False, 3, 8)])
+def test_the_linear_simulator_is_the_packages_function(causal, T, S):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 3, T, 4, generator=g, dtype=torch.float64)
+    k = torch.randn(2, 3, S, 4, generator=g, dtype=torch.float64)
+    v = torch.randn(2, 3, S, 5, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(
+        _linear_variant(q, k, v, causal), ac.linear_attention(q, k, v, causal=causal)
+    )
+
+
+@pytest.mark.parametrize("initial", [False, True])
+def test_the_delta_simulator_is_the_packages_function(initial):
+    q, k, v, g, beta, state = _delta_inputs(2, 7, 3, 4, 5, 11, initial=initial, plain=False)
+    out, final = _delta_variant(q, k, v, g, beta, state)
+    want_out, want_final = ac.gated_delta_rule(q, k, v, g, beta, initial_state=state)
+    torch.testing.assert_close(out, want_out)
+    torch.testing.assert_close(final, want_final)
+
+
+def test_the_right_recurrences_pass():
+    assert check_linear_attention(linear.linear_right).passed
+    assert check_gated_delta_rule(linear.delta_right).passed
+    assert check_linear_attention(ac.linear_attention).score == 1.0
+    assert check_gated_delta_rule(ac.gated_delta_rule).score == 1.0
+
+
+def test_the_packages_chunked_form_passes_too():
+    """The check compares values: the package's chunked delta rule (one triangular solve per
+    chunk) agrees with the recurrence to float64's precision."""
+
+    def chunked(query, key, value, g, beta, initial_state=None):
+        return ac.gated_delta_rule(query, key, value, g, beta, initial_state, chunk_size=3)
+
+    report = check_gated_delta_rule(chunked)
+    assert report.passed, str(report)
+
+
+# ---------------------------------------------------------------- every mistake, every seed
+
+SEEDS = [0, 1, 2, 3, 5, 8, 13, 21, 977, 12345, 2**31 - 2]
+
+
+@pytest.mark.parametrize(
+    "target, name, impl, mistake",
+    [entry for entry in linear.CATALOGUE if entry[3] is not None],
+    ids=[entry[1] for entry in linear.CATALOGUE if entry[3] is not None],
+)
+def test_the_first_failing_case_names_the_mistake_under_every_seed(target, name, impl, mistake):
+    """A mistake must show under every run seed (the grader draws one per run), and the
+    first ✗ case, the one the report says to fix first, names it."""
+    for seed in SEEDS:
+        report = CHECKS[target](impl, seed=seed)
+        first = next(r for r in report.results if not r.passed)
+        assert first.mistake == mistake, f"seed {seed}: {first.name}: {first.message}"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_references_pass_under_every_seed(seed):
+    assert check_linear_attention(ac.linear_attention, seed=seed).passed
+    assert check_gated_delta_rule(ac.gated_delta_rule, seed=seed).passed
+
+
+def test_a_missing_value_error_costs_only_its_case():
+    report = check_linear_attention(linear.linear_no_value_error)
+    failed = [r.name for r in report.results if not r.passed]
+    assert failed == ["causal=True with S != T raises ValueError naming `causal`"], failed
+
+    def unnamed(query, key, value, causal=True):
+        if causal and key.shape[-2] != query.shape[-2]:
+            raise ValueError("S must equal T")
+        return ac.linear_attention(query, key, value, causal=causal)
+
+    report = check_linear_attention(unnamed)
+    (bad,) = [r for r in report.results if not r.passed]
+    assert "should name the argument `causal`" in bad.message
+
+
+def test_an_initial_state_changed_in_place_is_told():
+    def in_place(query, key, value, g, beta, initial_state=None):
+        out, state = ac.gated_delta_rule(query, key, value, g, beta, initial_state)
+        if initial_state is not None:
+            initial_state.mul_(0.5)
+        return out, state
+
+    report = check_gated_delta_rule(in_place)
+    assert not report.passed and "changed its input `initial_state` in place" in str(report)
+
+
+def test_a_state_updated_in_place_is_told_at_the_gradient():
+    def in_place(query, key, value, causal=True):
+        phi_q, phi_k = torch.nn.functional.elu(query) + 1, torch.nn.functional.elu(key) + 1
+        state = query.new_zeros(*query.shape[:-2], query.shape[-1], value.shape[-1])
+        z = query.new_zeros(*query.shape[:-1][:-1], query.shape[-1])
+        outs = []
+        for i in range(query.shape[-2]):
+            state += phi_k[..., i, :, None] * value[..., i, None, :]
+            z = z + phi_k[..., i, :]
+            num = (phi_q[..., i, :, None] * state).sum(-2)
+            outs.append(num / (phi_q[..., i, :] * z).sum(-1, keepdim=True))
+        return torch.stack(outs, -2)
+
+    report = check_linear_attention(in_place)
+    failed = [r for r in report.results if not r.passed]
+    assert any("write `S = S + ...`" in r.message for r in failed), str(report)
+
+
+@pytest.mark.parametrize("target", ["linear_attention", "gated_delta_rule"])
+def test_a_float32_round_trip_fails_and_its_message_leads_with_the_rule(target):
+    reference = {"linear_attention": ac.linear_attention, "gated_delta_rule": ac.gated_delta_rule}
+
+    def round_trip(*args, **kwargs):
+        dtype = args[0].dtype
+        args = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
+        kwargs = {k: v.float() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        out = reference[target](*args, **kwargs)
+        if isinstance(out, tuple):
+            return tuple(o.to(dtype) for o in out)
+        return out.to(dtype)
+
+    report = CHECKS[target](round_trip)
+    first = next(r for r in report.results if not r.passed)
+    assert "\nHint: keep float64: no float32 round trip." in first.message, first.message
+
+
+def test_the_statements_say_keep_float64_and_what_is_not_allowed():
+    import nbformat
+
+    for folder in (ROOT / "exercises", ROOT / "exercises" / "solutions"):
+        nb = nbformat.read(folder / "22_linear_attention.ipynb", 4)
+        text = " ".join("\n".join(c.source for c in nb.cells).split())
+        assert text.count("Keep float64: no float32 round trip") == 2
+        assert text.count("scores 0 a solution cell that calls or imports it") == 2
+        assert "Not the package's `linear_attention`" in text
+        assert "Not the package's `gated_delta_rule`" in text
+        assert "the check never passes `chunk_size`" in text
+
+
+# ---------------------------------------------------------------- the package is not the answer
+
+CALLS = {
+    "linear_attention": (
+        "def linear_attention(query, key, value, causal=True):\n"
+        "    from attention_course import linear_attention as la\n"
+        "    return la(query, key, value, causal=causal)\n"
+    ),
+    "gated_delta_rule": (
+        "def gated_delta_rule(query, key, value, g, beta, initial_state=None):\n"
+        "    import attention_course.linear as L\n"
+        "    return L.gated_delta_rule(query, key, value, g, beta, initial_state)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("task_name", sorted(CALLS))
+def test_a_package_call_fails_the_check_cell_and_the_grader_alike(task_name, monkeypatch):
+    import nbformat
+
+    from attention_course.checks import CHECKERS
+    from attention_course.checks._policy import breaks_policy, policy_problem, policy_record
+    from attention_course.checks._scan import scan_notebook
+    from attention_course.grading.grade import _policy
+
+    exercise = "22_linear_attention"
+    tasks = json.loads((ROOT / "attention_course" / "exercise_tasks.json").read_text())
+    given = json.loads((ROOT / "attention_course" / "exercise_given.json").read_text())
+    nb = json.loads((ROOT / "exercises" / "solutions" / f"{exercise}.ipynb").read_text())
+    task = next(t for t in tasks[exercise] if t["name"] == task_name)
+    cell = next(
+        c
+        for c in nb["cells"]
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == task["solution_cell"]
+    )
+    cell["source"] = CALLS[task_name]
+    cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    monkeypatch.setattr(sys.modules["__main__"], "In", ["", *cells], raising=False)
+    candidate = type("Candidate", (), {"__module__": "__main__"})
+    candidate.__name__ = task_name
+    checker = CHECKERS[task_name]
+    check_says = policy_problem(candidate, checker.target, policy_record(checker)["forbidden"])
+    record = {**task, **_policy(task)}
+    book = nbformat.reads(json.dumps(nb), 4)
+    findings = scan_notebook(book, [record], given[exercise]).get(task["id"], [])
+    grader_says = [f.message() for f in findings if breaks_policy(f, record.get("forbidden", []))]
+    assert "calls the reference" in check_says and task_name in check_says, check_says
+    assert grader_says and any(task_name in m for m in grader_says), grader_says
+
+
+# ---------------------------------------------------------------- 22.state_or_cache
+
+
+def test_qwen3_next_cache_outgrows_its_state_after_512_tokens():
+    """32 value heads x 128 x 128 = 524,288 numbers of state; 2 x 2 x 256 = 1,024 numbers of
+    cache a token: equal at 512 tokens, larger from 513."""
+    assert state_or_cache_reference(512, *QWEN3_NEXT) == (1_048_576, 1_048_576, 513)
+    assert state_or_cache_reference(32768, *QWEN3_NEXT)[1] == 64 * 1_048_576
+
+
+def test_the_sizes_are_qwen3_nexts_config():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Qwen3NextConfig()
+    assert QWEN3_NEXT == (
+        config.linear_num_value_heads,
+        config.linear_key_head_dim,
+        config.linear_value_head_dim,
+        config.num_key_value_heads,
+        config.head_dim,
+        2,  # bfloat16
+    )
+
+
+def test_the_first_length_is_the_first_where_the_cache_is_larger():
+    for config in [c for _, c in STATE_CACHE_CASES] + [_drawn_state_config(s) for s in range(40)]:
+        T, H, Dk, Dv, Hkv, Dh, b = config
+        _, _, first = state_or_cache_reference(*config)
+        per_token, state = 2 * Hkv * Dh, H * Dk * Dv
+        assert per_token * first > state >= per_token * (first - 1), config
+
+
+def test_the_drawn_configurations_follow_the_run_seed_and_keep_the_tie():
+    from attention_course.checks._data import drawing_from
+
+    at_zero = [_drawn_state_config(2501), _drawn_state_config(2511)]
+    assert at_zero == [_drawn_state_config(2501), _drawn_state_config(2511)]
+    others = []
+    for run in range(1, 30):
+        with drawing_from(run):
+            config = _drawn_state_config(2501)
+        others.append(config)
+        T, H, Dk, Dv, Hkv, Dh, b = config
+        # a whole number of tokens' cache: 'larger' and 'at least as large' differ by one
+        assert H * Dk * Dv % (2 * Hkv * Dh) == 0, config
+    assert len(set(others)) > 20 and at_zero[0] not in others
+
+
+def _ceil_length(T, H, Dk, Dv, Hkv, Dh, b):
+    s, c, _ = state_or_cache_reference(T, H, Dk, Dv, Hkv, Dh, b)
+    return s, c, -(-H * Dk * Dv // (2 * Hkv * Dh))
+
+
+def _keys_only(T, H, Dk, Dv, Hkv, Dh, b):
+    return H * Dk * Dv * b, Hkv * Dh * T * b, H * Dk * Dv // (Hkv * Dh) + 1
+
+
+def _numbers(T, H, Dk, Dv, Hkv, Dh, b):
+    return H * Dk * Dv, 2 * Hkv * Dh * T, H * Dk * Dv // (2 * Hkv * Dh) + 1
+
+
+def _state_per_token(T, H, Dk, Dv, Hkv, Dh, b):
+    s, c, f = state_or_cache_reference(T, H, Dk, Dv, Hkv, Dh, b)
+    return s * T, c, f
+
+
+@pytest.mark.parametrize(
+    "wrong, phrase",
+    [
+        (_ceil_length, "larger, strictly"),
+        (_keys_only, "a key AND a value"),
+        (_numbers, "numbers, not bytes"),
+        (_state_per_token, "does not grow with the tokens"),
+    ],
+    ids=["at least as large", "keys only", "numbers", "state per token"],
+)
+@pytest.mark.parametrize("seed", [0, 1, 7, 4242])
+def test_the_quiz_names_each_mistake_under_every_seed(wrong, phrase, seed):
+    report = check_quiz("22.state_or_cache", wrong, seed=seed)
+    assert not report.passed
+    first = next(r for r in report.results if not r.passed)
+    assert phrase in first.message, first.message
+
+
+def test_the_quiz_takes_numpy_torch_and_arrays_and_refuses_floats():
+    def as_numpy(*config):
+        return tuple(np.int64(v) for v in state_or_cache_reference(*config))
+
+    def as_array(*config):
+        return np.array(state_or_cache_reference(*config))
+
+    def as_tensor(*config):
+        return torch.tensor(state_or_cache_reference(*config))
+
+    for right in (as_numpy, as_array, as_tensor, state_or_cache_reference):
+        assert check_quiz("22.state_or_cache", right, seed=3).passed, right.__name__
+
+    def as_float(T, H, Dk, Dv, Hkv, Dh, b):
+        s, c, _ = state_or_cache_reference(T, H, Dk, Dv, Hkv, Dh, b)
+        return s, c, H * Dk * Dv / (2 * Hkv * Dh) + 0.5
+
+    report = check_quiz("22.state_or_cache", as_float)
+    assert not report.passed and "exact integers" in str(report), str(report)

@@ -775,6 +775,10 @@ MISTAKES: dict[str, str] = {
         "the recurrence runs over the wrong axis: the inputs are (B, T, H, D), time is "
         "axis 1 (transpose to (B, H, T, D) first if you loop over axis 2)"
     ),
+    "delta-qk-normalised": (
+        "q and k are normalised inside the rule: the caller normalises them (Qwen3-Next's "
+        "layer l2-normalises before calling it); use them as they are given"
+    ),
 }
 """Every mistake by id: its message, a ``str.format`` template where it has ``{fields}``."""
 

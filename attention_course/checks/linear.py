@@ -292,6 +292,8 @@ def _delta_variant(q, k, v, g, beta, state, **mistake):
             *(x.transpose(1, 2) for x in (q, k, v, g, beta)), None, **mistake | {"time_axis": 0}
         )
         return out.transpose(1, 2), S
+    if mistake.get("normalised"):  # q and k l2-normalised inside (the caller's job)
+        q, k = _unit(q), _unit(k)
     q, k, v = (x.transpose(1, 2) for x in (q, k, v))  # (B, H, T, D)
     g, beta = g.transpose(1, 2), beta.transpose(1, 2)  # (B, H, T)
     B, H, T, Dk = k.shape
@@ -350,6 +352,7 @@ _DELTA_MISTAKES = (
     ("delta-initial-state-ignored", {"no_initial": True}),
     ("delta-state-transposed", {"transposed": True}),
     ("delta-time-axis-wrong", {"time_axis": 1}),
+    ("delta-qk-normalised", {"normalised": True}),
 )
 
 
@@ -367,17 +370,19 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
 
 
 def _delta_inputs(B, T, H, Dk, Dv, seed, *, initial, plain):
-    """q, k unit vectors (Qwen3-Next l2-normalises them); g in (-1, -0.05), beta in
-    (0.1, 0.9) (``plain``: g = 0, beta = 1, the delta rule that overwrites); the initial
-    state, or None."""
-    q = _unit(randn(B, T, H, Dk, seed=seed))
-    k = _unit(randn(B, T, H, Dk, seed=seed + 1))
+    """q of any length; k of length between 0.5 and 1 (the caller normalises the keys, as
+    Qwen3-Next does, and may scale them: beta |k|^2 <= 1 keeps the state bounded; a rule
+    that normalises q or k again is then seen); g in (-1, -0.05), beta in (0.1, 0.9)
+    (``plain``: g = 0, beta = 1, the delta rule that overwrites); the initial state, or
+    None."""
+    q = randn(B, T, H, Dk, seed=seed)
+    u = torch.rand(3, B, T, H, generator=generator(seed + 3), dtype=torch.float64)
+    k = _unit(randn(B, T, H, Dk, seed=seed + 1)) * (0.5 + 0.5 * u[2, ..., None])
     v = randn(B, T, H, Dv, seed=seed + 2)
     if plain:
         g = torch.zeros(B, T, H, dtype=torch.float64)
         beta = torch.ones(B, T, H, dtype=torch.float64)
     else:
-        u = torch.rand(2, B, T, H, generator=generator(seed + 3), dtype=torch.float64)
         g = -(0.05 + 0.95 * u[0])
         beta = 0.1 + 0.8 * u[1]
     state = randn(B, H, Dk, Dv, seed=seed + 4) if initial else None

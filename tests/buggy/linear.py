@@ -132,7 +132,10 @@ def _delta(
     transpose_state=False,
     g_direct=False,
     time_axis=1,
+    normalise=False,
 ):
+    if normalise:
+        q, k = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
     if time_axis == 2:  # treats (B, T, H, D) as (B, H, T, D)
         q, k, v = (x.transpose(1, 2) for x in (q, k, v))
         g, beta = g.transpose(1, 2), beta.transpose(1, 2)
@@ -226,6 +229,11 @@ def delta_time_axis(query, key, value, g, beta, initial_state=None):
     return _delta(query, key, value, g, beta, initial_state, time_axis=2)
 
 
+def delta_normalised(query, key, value, g, beta, initial_state=None):
+    """q and k l2-normalised inside (HF's use_qk_l2norm_in_kernel=True)."""
+    return _delta(query, key, value, g, beta, initial_state, normalise=True)
+
+
 CATALOGUE = [
     ("linear_attention", "normaliser forgotten", linear_no_normaliser, "linear-normaliser-missing"),
     (
@@ -267,4 +275,5 @@ CATALOGUE = [
     ("gated_delta_rule", "state transposed", delta_state_transposed, "delta-state-transposed"),
     ("gated_delta_rule", "g as the decay", delta_g_as_decay, "delta-g-used-as-decay"),
     ("gated_delta_rule", "time over the heads", delta_time_axis, "delta-time-axis-wrong"),
+    ("gated_delta_rule", "q and k normalised inside", delta_normalised, "delta-qk-normalised"),
 ]

@@ -331,3 +331,31 @@ def test_the_quiz_takes_numpy_torch_and_arrays_and_refuses_floats():
 
     report = check_quiz("22.state_or_cache", as_float)
     assert not report.passed and "exact integers" in str(report), str(report)
+
+
+# ---------------------------------------------------------------- Hugging Face's recurrence
+
+
+def test_qwen3_nexts_recurrence_passes_in_float32_and_is_told_the_float64_rule():
+    """HF's `torch_recurrent_gated_delta_rule` is the same recurrence computed in float32:
+    it passes the float32 case; in the float64 cases the first ✗ leads with "keep float64";
+    with `use_qk_l2norm_in_kernel=True` (q and k normalised inside) the mistake is named."""
+    pytest.importorskip("transformers")
+    from transformers.models.qwen3_next import modeling_qwen3_next as hf
+
+    def qwen(query, key, value, g, beta, initial_state=None, l2norm=False):
+        return hf.torch_recurrent_gated_delta_rule(
+            query, key, value, g, beta, initial_state, True, use_qk_l2norm_in_kernel=l2norm
+        )
+
+    report = check_gated_delta_rule(qwen)
+    passed = [r.name for r in report.results if r.passed]
+    assert passed == ["float32 inputs give float32 results"], str(report)
+    first = next(r for r in report.results if not r.passed)
+    assert "\nHint: keep float64: no float32 round trip." in first.message, first.message
+
+    def qwen_l2(query, key, value, g, beta, initial_state=None):
+        return qwen(query, key, value, g, beta, initial_state, l2norm=True)
+
+    first = next(r for r in check_gated_delta_rule(qwen_l2).results if not r.passed)
+    assert first.mistake == "delta-qk-normalised", first.message

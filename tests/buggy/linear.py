@@ -229,6 +229,16 @@ def delta_time_axis(query, key, value, g, beta, initial_state=None):
     return _delta(query, key, value, g, beta, initial_state, time_axis=2)
 
 
+def delta_beta_ignored(query, key, value, g, beta, initial_state=None):
+    """beta not used: the whole correction written every time."""
+    return _delta(query, key, value, g, torch.ones_like(beta), initial_state)
+
+
+def delta_decay_ignored(query, key, value, g, beta, initial_state=None):
+    """The decay not applied (the plain delta rule)."""
+    return _delta(query, key, value, torch.zeros_like(g), beta, initial_state)
+
+
 def delta_normalised(query, key, value, g, beta, initial_state=None):
     """q and k l2-normalised inside (HF's use_qk_l2norm_in_kernel=True)."""
     return _delta(query, key, value, g, beta, initial_state, normalise=True)
@@ -276,4 +286,6 @@ CATALOGUE = [
     ("gated_delta_rule", "g as the decay", delta_g_as_decay, "delta-g-used-as-decay"),
     ("gated_delta_rule", "time over the heads", delta_time_axis, "delta-time-axis-wrong"),
     ("gated_delta_rule", "q and k normalised inside", delta_normalised, "delta-qk-normalised"),
+    ("gated_delta_rule", "beta ignored", delta_beta_ignored, "delta-beta-ignored"),
+    ("gated_delta_rule", "decay ignored", delta_decay_ignored, "delta-decay-ignored"),
 ]

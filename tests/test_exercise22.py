@@ -119,6 +119,59 @@ def test_a_missing_value_error_costs_only_its_case():
     assert "should name the argument `causal`" in bad.message
 
 
+def test_a_value_error_for_more_keys_only_fails_on_fewer_keys():
+    """The refusal is tried with S > T and with S < T: a guard on S > T alone (a loop over
+    the queries then reads past the keys) fails the case, and the message shows S < T."""
+    report = check_linear_attention(linear.linear_raises_only_for_longer_keys)
+    (bad,) = [r for r in report.results if not r.passed]
+    assert bad.name == "causal=True with S != T raises ValueError naming `causal`"
+    assert "k (2, 4, 3)" in bad.message and "returned without raising" in bad.message, bad.message
+
+    def crashes(query, key, value, causal=True):  # the student's: IndexError for S < T
+        if causal and key.shape[-2] > query.shape[-2]:
+            raise ValueError("causal=True: more keys than queries")
+        if causal:
+            key[..., query.shape[-2] - 1, :]
+        return ac.linear_attention(query, key, value, causal=causal)
+
+    report = check_linear_attention(crashes)
+    (bad,) = [r for r in report.results if not r.passed]
+    assert "IndexError" in bad.message and "S < T" in bad.message, bad.message
+
+
+def test_the_default_changed_to_non_causal_is_told_as_the_default():
+    report = check_linear_attention(linear.linear_default_not_causal)
+    (bad,) = [r for r in report.results if not r.passed]
+    assert bad.mistake == "linear-default-not-causal", bad.message
+    assert "the default of `causal` must be True" in bad.message
+    assert "summed over every key" not in bad.message
+
+
+def test_a_value_error_for_non_causal_cross_attention_is_told_that_s_may_differ():
+    def refuses(query, key, value, causal=True):
+        if key.shape[-2] != query.shape[-2]:
+            raise ValueError("causal: S must equal T")
+        return ac.linear_attention(query, key, value, causal=causal)
+
+    report = check_linear_attention(refuses)
+    failed = [r for r in report.results if not r.passed]
+    assert [r.name for r in failed] == ["causal=False, T=4 queries, S=7 keys, B=2, H=2, Dk=4, Dv=2"]
+    assert "with causal=False the number of keys S may differ" in failed[0].message
+
+
+def test_beta_on_the_read_back_is_named_and_at_t1_named_with_its_twin():
+    """At T=1 from a zero state the read-back is 0: beta on it only and beta ignored give
+    the same values, and the message names both rather than guess."""
+    report = check_gated_delta_rule(linear.delta_beta_on_read)
+    failed = [r for r in report.results if not r.passed]
+    assert failed[0].mistake == "delta-beta-on-read-only", failed[0].message
+    assert "beta is not used" not in failed[0].message
+    (one,) = [r for r in failed if r.name == "T=1: one token"]
+    assert "one of several mistakes" in one.message, one.message
+    assert "beta multiplies the read-back only" in one.message
+    assert "beta is not used" in one.message
+
+
 def test_an_initial_state_changed_in_place_is_told():
     def in_place(query, key, value, g, beta, initial_state=None):
         out, state = ac.gated_delta_rule(query, key, value, g, beta, initial_state)
@@ -294,6 +347,15 @@ def _state_per_token(T, H, Dk, Dv, Hkv, Dh, b):
     return s * T, c, f
 
 
+def _bits(T, H, Dk, Dv, Hkv, Dh, b):
+    s, c, f = state_or_cache_reference(T, H, Dk, Dv, Hkv, Dh, b)
+    return 8 * s, 8 * c, f
+
+
+def _bf16_fixed(T, H, Dk, Dv, Hkv, Dh, b):
+    return state_or_cache_reference(T, H, Dk, Dv, Hkv, Dh, 2)
+
+
 @pytest.mark.parametrize(
     "wrong, phrase",
     [
@@ -301,8 +363,10 @@ def _state_per_token(T, H, Dk, Dv, Hkv, Dh, b):
         (_keys_only, "a key AND a value"),
         (_numbers, "numbers, not bytes"),
         (_state_per_token, "does not grow with the tokens"),
+        (_bits, "bits, not bytes"),
+        (_bf16_fixed, "2 bytes a number whatever bytes_per_number says"),
     ],
-    ids=["at least as large", "keys only", "numbers", "state per token"],
+    ids=["at least as large", "keys only", "numbers", "state per token", "bits", "bf16 fixed"],
 )
 @pytest.mark.parametrize("seed", [0, 1, 7, 4242])
 def test_the_quiz_names_each_mistake_under_every_seed(wrong, phrase, seed):
@@ -312,7 +376,7 @@ def test_the_quiz_names_each_mistake_under_every_seed(wrong, phrase, seed):
     assert phrase in first.message, first.message
 
 
-def test_the_quiz_takes_numpy_torch_and_arrays_and_refuses_floats():
+def test_the_quiz_takes_numpy_torch_arrays_and_whole_floats_and_refuses_fractions():
     def as_numpy(*config):
         return tuple(np.int64(v) for v in state_or_cache_reference(*config))
 
@@ -322,8 +386,15 @@ def test_the_quiz_takes_numpy_torch_and_arrays_and_refuses_floats():
     def as_tensor(*config):
         return torch.tensor(state_or_cache_reference(*config))
 
-    for right in (as_numpy, as_array, as_tensor, state_or_cache_reference):
+    def as_floats(*config):  # exercise 21's rule and the Numbers form's: a whole float counts
+        return tuple(float(v) for v in state_or_cache_reference(*config))
+
+    def as_float_tensors(*config):
+        return tuple(torch.tensor(float(v)) for v in state_or_cache_reference(*config))
+
+    for right in (as_numpy, as_array, as_tensor, as_floats, as_float_tensors):
         assert check_quiz("22.state_or_cache", right, seed=3).passed, right.__name__
+    assert check_quiz("22.state_or_cache", state_or_cache_reference, seed=3).passed
 
     def as_float(T, H, Dk, Dv, Hkv, Dh, b):
         s, c, _ = state_or_cache_reference(T, H, Dk, Dv, Hkv, Dh, b)
@@ -331,6 +402,23 @@ def test_the_quiz_takes_numpy_torch_and_arrays_and_refuses_floats():
 
     report = check_quiz("22.state_or_cache", as_float)
     assert not report.passed and "exact integers" in str(report), str(report)
+    assert "a float counts only when it holds the exact integer" in str(report)
+
+    def as_matrix(*config):
+        return torch.tensor(state_or_cache_reference(*config)).reshape(3, 1).repeat(1, 2)
+
+    report = check_quiz("22.state_or_cache", as_matrix)
+    assert "return all three, `return state_bytes, cache_bytes, first_length`" in str(report)
+
+
+def test_the_statement_says_which_floats_count():
+    import nbformat
+
+    for folder in (ROOT / "exercises", ROOT / "exercises" / "solutions"):
+        nb = nbformat.read(folder / "22_linear_attention.ipynb", 4)
+        text = " ".join("\n".join(c.source for c in nb.cells).split())
+        assert "so does a float that holds the exact integer (`1048576.0`)" in text
+        assert "a rounded float such as `1.05e6` fails" in text
 
 
 # ---------------------------------------------------------------- Hugging Face's recurrence

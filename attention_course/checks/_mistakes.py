@@ -727,6 +727,34 @@ MISTAKES: dict[str, str] = {
         "causal=False still gives causal sums: without the mask every position sees every "
         "key, S = sum over all j of phi(k_j) v_j^T (and z likewise), summed once"
     ),
+    "linear-feature-map-other": (
+        "the feature map is {name}, not phi(x) = elu(x) + 1: linear attention (Katharopoulos "
+        "et al., 2020) uses elu(x) + 1 on the queries and the keys, and the check compares "
+        "with that map"
+    ),
+    "linear-feature-map-queries-only": (
+        "phi is applied to the queries only, the keys enter raw: the weight is "
+        "phi(q_i) . phi(k_j), so apply phi(x) = elu(x) + 1 to the keys too (S and z sum "
+        "phi(k_j))"
+    ),
+    "linear-feature-map-keys-only": (
+        "phi is applied to the keys only, the queries enter raw: the weight is "
+        "phi(q_i) . phi(k_j), so apply phi(x) = elu(x) + 1 to the queries too, in the "
+        "numerator and the normaliser"
+    ),
+    "linear-scaled-output": (
+        "the output is divided by sqrt(Dk): linear attention has no scale, the normaliser "
+        "phi(q_i)^T z_i already makes the weights sum to 1"
+    ),
+    "linear-scaled-inside-phi": (
+        "q and k are scaled by 1/sqrt(Dk) inside phi, phi(q / sqrt(Dk)): linear attention "
+        "(Katharopoulos et al., 2020) has no scale; phi(x) = elu(x) + 1 on the raw vectors"
+    ),
+    "linear-default-not-causal": (
+        "the default of `causal` must be True: called with causal=True your function gives "
+        "the right values, left at its default it does not; keep the stub's signature, "
+        "`def linear_attention(query, key, value, causal=True)`"
+    ),
     # ---- the gated delta rule (exercise 22)
     "delta-decay-after-update": (
         "the decay is applied after the update, S_t = a_t (S_{t-1} + beta_t k_t (v_t - "
@@ -745,6 +773,24 @@ MISTAKES: dict[str, str] = {
         "beta multiplies the decayed state too, beta_t (a_t S_{t-1} + k_t (v_t - ...)^T): "
         "beta_t scales only the correction written, S_t = a_t S_{t-1} + beta_t k_t (v_t - "
         "(a_t S_{t-1})^T k_t)^T"
+    ),
+    "delta-beta-on-read-only": (
+        "beta multiplies the read-back only, k_t (v_t - beta_t (a_t S_{t-1})^T k_t)^T: "
+        "beta_t scales the whole correction, new value and read-back alike, "
+        "beta_t k_t (v_t - (a_t S_{t-1})^T k_t)^T"
+    ),
+    "delta-read-term-missing": (
+        "the read-back is missing, S_t = a_t S_{t-1} + beta_t k_t v_t^T (gated linear "
+        "attention, not the delta rule): write the correction, beta_t k_t (v_t - "
+        "(a_t S_{t-1})^T k_t)^T, what the memory lacks under k_t"
+    ),
+    "delta-decay-sign": (
+        "the decay is exp(-g_t): g holds log-decays (g <= 0), so a_t = exp(g_t) is in "
+        "(0, 1]; exp(-g_t) is above 1 and grows the state"
+    ),
+    "delta-one-minus-beta": (
+        "(1 - beta_t) is used in place of beta_t: beta_t is the strength of the write "
+        "itself, S_t = a_t S_{t-1} + beta_t k_t (v_t - (a_t S_{t-1})^T k_t)^T"
     ),
     "delta-beta-ignored": (
         "beta is not used: the correction written is beta_t k_t (v_t - (a_t S_{t-1})^T k_t)^T"

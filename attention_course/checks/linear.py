@@ -45,12 +45,66 @@ def _error_hint(text: str) -> str | None:
     return _INPLACE_HINT if "inplace operation" in text else None
 
 
+def _named_apart(mistakes, expected: torch.Tensor):
+    """The known mistakes, computed once, with those that give the same values on this
+    case merged into one description that names them all (as `interpret._unambiguous`
+    does): at T=1 from a zero state, for instance, beta ignored and beta on the read-back
+    only both write k v^T, and naming one of them would be a guess. Mistakes that give the
+    right values here are left out."""
+    computed = []
+    for why, compute in mistakes:
+        try:
+            value = compute()
+        except Exception:  # noqa: BLE001 - a mistake that cannot be computed does not match
+            continue
+        if not isinstance(value, torch.Tensor):
+            continue
+        value = value.detach().double()
+        if value.shape == expected.shape and torch.allclose(
+            value, expected.detach().double(), atol=1e-6, rtol=0
+        ):
+            continue
+        computed.append((why, value))
+    result = []
+    for why, value in computed:
+        twins = []
+        for other, v in computed:
+            if (
+                other != why
+                and other not in twins
+                and v.shape == value.shape
+                and torch.allclose(v, value, atol=1e-6, rtol=0, equal_nan=True)
+            ):
+                twins.append(other)
+        if twins:
+            clauses = "; or ".join(text.split(": ")[0] for text in [why, *twins])
+            why = (
+                "one of several mistakes that all give your values on this case (a later "
+                f"case tells them apart): {clauses}"
+            )
+        result.append((why, lambda v=value: v))
+    return result
+
+
 # ---------------------------------------------------------------- linear attention
 
 _PHI = {
     "elu+1": lambda x: F.elu(x) + 1.0,
     "elu": F.elu,
     "none": lambda x: x,
+    "relu": F.relu,
+    "relu+1": lambda x: F.relu(x) + 1.0,
+    "exp": torch.exp,
+    "softplus": F.softplus,
+    "elu+2": lambda x: F.elu(x) + 2.0,
+}
+# feature maps other than elu + 1 that students reach for, named as they are written
+_OTHER_MAPS = {
+    "relu": "relu(x)",
+    "relu+1": "relu(x) + 1",
+    "exp": "exp(x)",
+    "softplus": "softplus(x)",
+    "elu+2": "elu(x) + 2",
 }
 
 
@@ -61,21 +115,27 @@ def _linear_variant(
     causal=True,
     *,
     phi="elu+1",
+    phi_k=None,
     normaliser=True,
     keys="causal",
     denominator=None,
     scaled=False,
+    scaled_both=False,
+    scaled_output=False,
     phi_on_values=False,
     first=None,
 ):
     """Linear attention in its explicit (..., T, S) form with one mistake switched on (none:
     the right output). ``keys`` picks the keys each position sums over ("causal": j <= i,
     "strict": j < i, "all"); ``denominator`` the normaliser's (default: the same);
-    ``first`` replaces the 0/0 of the first row with that number."""
+    ``first`` replaces the 0/0 of the first row with that number; ``phi_k`` is the keys'
+    feature map when it differs from the queries' (``phi``)."""
     f = _PHI[phi]
-    if scaled:
+    if scaled or scaled_both:
         q = q / math.sqrt(q.shape[-1])
-    fq, fk = f(q), f(k)
+    if scaled_both:
+        k = k / math.sqrt(k.shape[-1])
+    fq, fk = f(q), _PHI[phi_k or phi](k)
     fv = f(v) if phi_on_values else v
     T, S = q.shape[-2], k.shape[-2]
     ones = torch.ones(T, S, dtype=q.dtype, device=q.device)
@@ -89,6 +149,8 @@ def _linear_variant(
         out = out / den
     if first is not None:
         out = out.nan_to_num(nan=first)
+    if scaled_output:
+        out = out / math.sqrt(q.shape[-1])
     return out
 
 
@@ -102,6 +164,13 @@ def _linear_mistakes(q, k, v, causal):
         (says("linear-feature-map-missing"), variant(phi="none")),
         (says("linear-feature-map-on-values"), variant(phi_on_values=True)),
         (says("linear-scaled"), variant(scaled=True)),
+        (says("linear-scaled-inside-phi"), variant(scaled_both=True)),
+        (says("linear-scaled-output"), variant(scaled_output=True)),
+        (says("linear-feature-map-queries-only"), variant(phi_k="none")),
+        (says("linear-feature-map-keys-only"), variant(phi="none", phi_k="elu+1")),
+    ] + [
+        (says("linear-feature-map-other", name=name), variant(phi=key))
+        for key, name in _OTHER_MAPS.items()
     ]
     if causal:
         return found + [
@@ -113,6 +182,30 @@ def _linear_mistakes(q, k, v, causal):
     return found + [
         (says("linear-causal-flag-ignored"), lambda: _linear_variant(q, k, v, True)),
     ]
+
+
+def _non_causal_error_hint(text: str) -> str:
+    return _error_hint(text) or (
+        "with causal=False the number of keys S may differ from the number of queries T "
+        "(cross-attention): every query sums over all S keys; only causal=True needs S = T"
+    )
+
+
+def _right_when_told(candidate, q, k, v, want) -> bool:
+    """Whether ``candidate`` gives the right causal output when causal=True is passed (the
+    default case failed: then the default is what is wrong)."""
+    try:
+        with torch.no_grad():
+            told = candidate(
+                q.detach().clone(), k.detach().clone(), v.detach().clone(), causal=True
+            )
+    except Exception:  # noqa: BLE001 - a candidate that fails here says nothing
+        return False
+    return (
+        isinstance(told, torch.Tensor)
+        and told.shape == want.shape
+        and torch.allclose(told.detach().double(), want.detach().double(), atol=1e-8, rtol=1e-6)
+    )
 
 
 def _away_from_zero(q, k, causal) -> bool:
@@ -166,19 +259,29 @@ def _linear_case(
             *mine,
             what=call,
             arg_names=("query", "key", "value"),
-            error_hint=_error_hint,
+            error_hint=_error_hint if causal or S == T else _non_causal_error_hint,
             **extra,
         )
         with torch.no_grad():
-            mistakes = _linear_mistakes(q.double(), k.double(), v.double(), causal)
-        expect_close(
-            got,
-            want.detach(),
-            f"the output of {call}",
-            mistakes=mistakes,
-            hints=[keep_float64_hint(want.detach())],
-            dtype_hint=_DTYPE_HINT,
-        )
+            mistakes = _named_apart(
+                _linear_mistakes(q.double(), k.double(), v.double(), causal), want
+            )
+        try:
+            expect_close(
+                got,
+                want.detach(),
+                f"the output of {call}",
+                mistakes=mistakes,
+                hints=[keep_float64_hint(want.detach())],
+                dtype_hint=_DTYPE_HINT,
+            )
+        except CaseFailed as failed:
+            if not pass_causal and _right_when_told(candidate, q, k, v, want):
+                raise CaseFailed(
+                    f"the output of {call} is wrong, and with causal=True passed it is "
+                    f"right\nLikely mistake: {says('linear-default-not-causal')}."
+                ) from None
+            raise failed
         if grad:
             upstream = randn(*want.shape, seed=seed + 9).to(want.dtype)
             want.backward(upstream)
@@ -204,16 +307,23 @@ def _linear_refuses(candidate):
     its own length): a ValueError naming `causal`."""
 
     def run():
-        q, k, v = randn(2, 4, 3, seed=2291), randn(2, 6, 3, seed=2292), randn(2, 6, 3, seed=2293)
-        expect_value_error(
-            lambda: candidate(q, k, v, causal=True),
-            "linear_attention(q (2, 4, 3), k (2, 6, 3), v (2, 6, 3), causal=True)",
-            "causal",
-            example="causal=True needs as many keys as queries, got S={S} for T={T}",
-            other_error="raise ValueError (not another exception) for S != T when causal",
-            returned="with causal=True position i sees keys 0..i of its own sequence, so S "
-            "must equal T; raise ValueError naming `causal`",
-        )
+        # more keys than queries, then fewer: a guard on S > T alone does not pass
+        for T, S, seed in ((4, 6, 2291), (6, 4, 2295)):
+            q, k, v = (
+                randn(2, T, 3, seed=seed),
+                randn(2, S, 3, seed=seed + 1),
+                randn(2, S, 3, seed=seed + 2),
+            )
+            expect_value_error(
+                lambda q=q, k=k, v=v: candidate(q, k, v, causal=True),
+                f"linear_attention(q (2, {T}, 3), k (2, {S}, 3), v (2, {S}, 3), causal=True)",
+                "causal",
+                example="causal=True needs as many keys as queries, got S={S} for T={T}",
+                other_error="raise ValueError (not another exception) for S != T when causal, "
+                "fewer keys than queries (S < T) as well as more (S > T)",
+                returned="with causal=True position i sees keys 0..i of its own sequence, so "
+                "S must equal T (S < T as well as S > T); raise ValueError naming `causal`",
+            )
 
     return run
 
@@ -306,10 +416,14 @@ def _delta_variant(q, k, v, g, beta, state, **mistake):
     outputs = []
     for t in range(T):
         a = g[:, :, t, None, None]
+        if mistake.get("decay_sign"):
+            a = -a
         a = a if mistake.get("g_as_decay") else a.exp()
         if mistake.get("no_decay"):
             a = torch.ones_like(a)
         b = torch.ones_like(a) if mistake.get("no_beta") else beta[:, :, t, None, None]
+        if mistake.get("one_minus_beta"):
+            b = 1 - b
         kt, vt = k[:, :, t, :, None], v[:, :, t, None, :]  # (B, H, Dk, 1), (B, H, 1, Dv)
         read_before = mistake.get("read_before")
         if read_before == "old":
@@ -328,6 +442,10 @@ def _delta_variant(q, k, v, g, beta, state, **mistake):
             S = a * S + kt * (b * vt - read(a * S))
         elif update == "beta on whole":
             S = b * (a * S + kt * (vt - read(a * S)))
+        elif update == "beta on read":
+            S = a * S + kt * (vt - b * read(a * S))
+        elif update == "no read":
+            S = a * S + b * kt * vt
         else:
             S = a * S + b * kt * (vt - read(a * S))
         if not read_before:
@@ -353,6 +471,10 @@ _DELTA_MISTAKES = (
     ("delta-state-transposed", {"transposed": True}),
     ("delta-time-axis-wrong", {"time_axis": 1}),
     ("delta-qk-normalised", {"normalised": True}),
+    ("delta-beta-on-read-only", {"update": "beta on read"}),
+    ("delta-read-term-missing", {"update": "no read"}),
+    ("delta-decay-sign", {"decay_sign": True}),
+    ("delta-one-minus-beta", {"one_minus_beta": True}),
 )
 
 
@@ -422,7 +544,7 @@ def _delta_case(
             )
         ):
             with torch.no_grad():
-                mistakes = _delta_mistakes(doubled, part)
+                mistakes = _named_apart(_delta_mistakes(doubled, part), want)
             expect_close(
                 mine_part,
                 want.detach(),

@@ -865,6 +865,16 @@ def _state_or_cache_mistakes(T, H, Dk, Dv, Hkv, Dh, b):
             "(d_key, d_value) matrix per head",
             (2 * right[0], right[1], 2 * state // per_token + 1),
         ),
+        (
+            "bits, not bytes: bytes_per_number is already in bytes, so state and cache are "
+            "numbers * bytes_per_number, with no factor 8",
+            (8 * right[0], 8 * right[1], right[2]),
+        ),
+        (
+            "the sizes take 2 bytes a number whatever bytes_per_number says (bfloat16 "
+            "fixed): multiply by the argument bytes_per_number (4 for float32, 1 for 8-bit)",
+            (2 * state, 2 * per_token * T, right[2]),
+        ),
     ]
 
 
@@ -929,8 +939,10 @@ def state_or_cache_cases(candidate: Callable) -> list[Case]:
             else:
                 if any(floats):
                     message += (
-                        "\nHint: give exact integers: the answer holds floats, and the numbers "
-                        "are compared exactly (use `//`, not `/` and rounding)"
+                        "\nHint: give exact integers: the numbers are compared exactly, and a "
+                        "float counts only when it holds the exact integer (`1048576.0`); a "
+                        "fraction from `/` or a rounded float (`1.05e6`) does not, so use `//`, "
+                        "not `/` and rounding"
                     )
                 elif got[:2] == right[:2]:
                     message += (

@@ -15,6 +15,7 @@ def _recurrent_linear(
     causal=True,
     *,
     phi=lambda x: F.elu(x) + 1,
+    phi_k=None,
     normalise=True,
     read_first=False,
     phi_v=False,
@@ -22,14 +23,19 @@ def _recurrent_linear(
     z_all=False,
     ignore_causal=False,
     ignore_flag=False,
+    scale_qk=False,
+    scale_out=False,
+    longer_only=False,
 ):
     """Linear attention as a loop over the positions (the right one with no option set)."""
     T, S = q.shape[-2], k.shape[-2]
-    if causal and S != T:
+    if causal and (S > T if longer_only else S != T):
         raise ValueError(f"causal=True needs S = T, got S={S}, T={T}")
-    if scale_q:
+    if scale_q or scale_qk:
         q = q / math.sqrt(q.shape[-1])
-    fq, fk = phi(q), phi(k)
+    if scale_qk:
+        k = k / math.sqrt(k.shape[-1])
+    fq, fk = phi(q), (phi_k or phi)(k)
     fv = phi(v) if phi_v else v
     if ignore_flag:
         causal = True
@@ -39,7 +45,7 @@ def _recurrent_linear(
         out = fq @ state
         if normalise:
             out = out / (fq * z[..., None, :]).sum(-1, keepdim=True)
-        return out
+        return out / math.sqrt(q.shape[-1]) if scale_out else out
     state = torch.zeros(*q.shape[:-2], q.shape[-1], v.shape[-1], dtype=q.dtype)
     z = torch.zeros(*q.shape[:-1][:-1], q.shape[-1], dtype=q.dtype)
     z_total = fk.sum(dim=-2)
@@ -54,7 +60,8 @@ def _recurrent_linear(
             num = (fq[..., i, :, None] * state).sum(-2)
             den = (fq[..., i, :] * (z_total if z_all else z)).sum(-1, keepdim=True)
         outs.append(num / den if normalise else num)
-    return torch.stack(outs, dim=-2)
+    out = torch.stack(outs, dim=-2)
+    return out / math.sqrt(q.shape[-1]) if scale_out else out
 
 
 def linear_right(query, key, value, causal=True):
@@ -114,6 +121,73 @@ def linear_no_value_error(query, key, value, causal=True):
     return _recurrent_linear(query, key, value, causal)
 
 
+def linear_default_not_causal(query, key, value, causal=False):
+    """The default changed to causal=False (the causal branch itself is right)."""
+    return _recurrent_linear(query, key, value, causal)
+
+
+def linear_raises_only_for_longer_keys(query, key, value, causal=True):
+    """causal=True raises only for S > T; S < T runs (and here returns the first S rows'
+    recurrence padded with zeros instead of raising)."""
+    T, S = query.shape[-2], key.shape[-2]
+    if causal and S < T:
+        out = _recurrent_linear(query[..., :S, :], key, value, causal)
+        pad = out.new_zeros(*out.shape[:-2], T - S, out.shape[-1])
+        return torch.cat([out, pad], dim=-2)
+    return _recurrent_linear(query, key, value, causal, longer_only=True)
+
+
+def _relu(x):
+    return F.relu(x)
+
+
+def linear_relu(query, key, value, causal=True):
+    """phi = relu (can give 0/0 where a query or every key so far is negative)."""
+    return _recurrent_linear(query, key, value, causal, phi=_relu)
+
+
+def linear_exp(query, key, value, causal=True):
+    """phi = exp."""
+    return _recurrent_linear(query, key, value, causal, phi=torch.exp)
+
+
+def linear_softplus(query, key, value, causal=True):
+    """phi = softplus."""
+    return _recurrent_linear(query, key, value, causal, phi=F.softplus)
+
+
+def linear_elu_plus_two(query, key, value, causal=True):
+    """phi = elu + 2."""
+    return _recurrent_linear(query, key, value, causal, phi=lambda x: F.elu(x) + 2)
+
+
+def linear_relu_plus_one(query, key, value, causal=True):
+    """phi = relu + 1."""
+    return _recurrent_linear(query, key, value, causal, phi=lambda x: F.relu(x) + 1)
+
+
+def linear_phi_on_queries_only(query, key, value, causal=True):
+    """phi on the queries, the keys raw."""
+    return _recurrent_linear(query, key, value, causal, phi_k=lambda x: x)
+
+
+def linear_phi_on_keys_only(query, key, value, causal=True):
+    """phi on the keys, the queries raw."""
+    return _recurrent_linear(
+        query, key, value, causal, phi=lambda x: x, phi_k=lambda x: F.elu(x) + 1
+    )
+
+
+def linear_scaled_inside_phi(query, key, value, causal=True):
+    """q and k both scaled by 1/sqrt(Dk) inside phi."""
+    return _recurrent_linear(query, key, value, causal, scale_qk=True)
+
+
+def linear_scaled_output(query, key, value, causal=True):
+    """The output divided by sqrt(Dk)."""
+    return _recurrent_linear(query, key, value, causal, scale_out=True)
+
+
 # ---------------------------------------------------------------- the gated delta rule
 
 
@@ -133,7 +207,12 @@ def _delta(
     g_direct=False,
     time_axis=1,
     normalise=False,
+    g_sign=1.0,
+    one_minus_beta=False,
 ):
+    if one_minus_beta:
+        beta = 1 - beta
+    g = g_sign * g
     if normalise:
         q, k = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
     if time_axis == 2:  # treats (B, T, H, D) as (B, H, T, D)
@@ -161,6 +240,11 @@ def _delta(
             S = a * S + kt * (b * vt - (a * S * kt).sum(-2, keepdim=True))
         elif order == "beta on whole":
             S = b * (a * S + kt * (vt - (a * S * kt).sum(-2, keepdim=True)))
+        elif order == "beta on read":
+            S = a * S
+            S = S + kt * (vt - b * (S * kt).sum(-2, keepdim=True))
+        elif order == "no read":  # gated linear attention
+            S = a * S + b * kt * vt
         else:
             S = a * S
             S = S + b * kt * (vt - (S * kt).sum(-2, keepdim=True))
@@ -244,6 +328,26 @@ def delta_normalised(query, key, value, g, beta, initial_state=None):
     return _delta(query, key, value, g, beta, initial_state, normalise=True)
 
 
+def delta_beta_on_read(query, key, value, g, beta, initial_state=None):
+    """beta on the read-back only: k (v - beta (a S)^T k)^T."""
+    return _delta(query, key, value, g, beta, initial_state, order="beta on read")
+
+
+def delta_no_read(query, key, value, g, beta, initial_state=None):
+    """No read-back: gated linear attention, S = a S + beta k v^T."""
+    return _delta(query, key, value, g, beta, initial_state, order="no read")
+
+
+def delta_decay_sign(query, key, value, g, beta, initial_state=None):
+    """exp(-g) as the decay."""
+    return _delta(query, key, value, g, beta, initial_state, g_sign=-1.0)
+
+
+def delta_one_minus_beta(query, key, value, g, beta, initial_state=None):
+    """(1 - beta) in place of beta."""
+    return _delta(query, key, value, g, beta, initial_state, one_minus_beta=True)
+
+
 CATALOGUE = [
     ("linear_attention", "normaliser forgotten", linear_no_normaliser, "linear-normaliser-missing"),
     (
@@ -288,4 +392,39 @@ CATALOGUE = [
     ("gated_delta_rule", "q and k normalised inside", delta_normalised, "delta-qk-normalised"),
     ("gated_delta_rule", "beta ignored", delta_beta_ignored, "delta-beta-ignored"),
     ("gated_delta_rule", "decay ignored", delta_decay_ignored, "delta-decay-ignored"),
+    (
+        "linear_attention",
+        "default causal=False",
+        linear_default_not_causal,
+        "linear-default-not-causal",
+    ),
+    ("linear_attention", "ValueError only for S > T", linear_raises_only_for_longer_keys, None),
+    ("linear_attention", "phi = relu", linear_relu, "linear-feature-map-other"),
+    ("linear_attention", "phi = exp", linear_exp, "linear-feature-map-other"),
+    ("linear_attention", "phi = softplus", linear_softplus, "linear-feature-map-other"),
+    ("linear_attention", "phi = elu + 2", linear_elu_plus_two, "linear-feature-map-other"),
+    ("linear_attention", "phi = relu + 1", linear_relu_plus_one, "linear-feature-map-other"),
+    (
+        "linear_attention",
+        "phi on the queries only",
+        linear_phi_on_queries_only,
+        "linear-feature-map-queries-only",
+    ),
+    (
+        "linear_attention",
+        "phi on the keys only",
+        linear_phi_on_keys_only,
+        "linear-feature-map-keys-only",
+    ),
+    (
+        "linear_attention",
+        "q and k scaled inside phi",
+        linear_scaled_inside_phi,
+        "linear-scaled-inside-phi",
+    ),
+    ("linear_attention", "output scaled", linear_scaled_output, "linear-scaled-output"),
+    ("gated_delta_rule", "beta on the read-back", delta_beta_on_read, "delta-beta-on-read-only"),
+    ("gated_delta_rule", "no read-back (GLA)", delta_no_read, "delta-read-term-missing"),
+    ("gated_delta_rule", "exp(-g)", delta_decay_sign, "delta-decay-sign"),
+    ("gated_delta_rule", "1 - beta", delta_one_minus_beta, "delta-one-minus-beta"),
 ]

@@ -217,6 +217,13 @@ def test_a_float32_round_trip_fails_and_its_message_leads_with_the_rule(target):
     report = CHECKS[target](round_trip)
     first = next(r for r in report.results if not r.passed)
     assert "\nHint: keep float64: no float32 round trip." in first.message, first.message
+    # every float64 case carries the rule; the report shows it once, then "as above"
+    hinted = [r for r in report.results if "Hint: keep float64" in r.message]
+    assert len(hinted) >= 3, str(report)
+    assert str(report).count("no float32 round trip. Your values") == 1, str(report)
+    again = "Hint: keep float64: no float32 round trip (as above)."
+    assert str(report).count(again) == len(hinted) - 1, str(report)
+    assert report._repr_html_().count("no float32 round trip. Your values") == 1
 
 
 def test_the_statements_say_keep_float64_and_what_is_not_allowed():

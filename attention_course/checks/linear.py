@@ -168,6 +168,10 @@ def _linear_mistakes(q, k, v, causal):
         (says("linear-scaled-output"), variant(scaled_output=True)),
         (says("linear-feature-map-queries-only"), variant(phi_k="none")),
         (says("linear-feature-map-keys-only"), variant(phi="none", phi_k="elu+1")),
+        (
+            says("linear-feature-map-other", name="relu(x) + 1 on the keys"),
+            variant(phi_k="relu+1"),
+        ),
     ] + [
         (says("linear-feature-map-other", name=name), variant(phi=key))
         for key, name in _OTHER_MAPS.items()
@@ -211,13 +215,18 @@ def _right_when_told(candidate, q, k, v, want) -> bool:
 def _away_from_zero(q, k, causal) -> bool:
     """Whether the normaliser of phi = elu (a mistake) keeps |phi(q_i) . z_i| >= 0.05 at
     every position past the first: near 0, that mistake's output would depend on rounding
-    and could not be recognised."""
-    fq, fk = F.elu(q), F.elu(k)
-    weights = fq @ fk.transpose(-2, -1)
-    if causal:
-        weights = weights.tril()
-    den = weights.sum(dim=-1)
-    return bool((den.abs() >= 0.05).all())
+    and could not be recognised. With one position, also that of phi = relu (a mistake
+    that gives 0/0 where q and k share no positive coordinate): at T=1 every phi gives the
+    output v, and relu's must not turn to NaN under some run seeds only."""
+    maps = (F.elu, F.relu) if q.shape[-2] == 1 else (F.elu,)
+    for phi in maps:
+        weights = phi(q) @ phi(k).transpose(-2, -1)
+        if causal:
+            weights = weights.tril()
+        den = weights.sum(dim=-1)
+        if not bool((den.abs() >= 0.05).all()):
+            return False
+    return True
 
 
 def _linear_case(

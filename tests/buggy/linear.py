@@ -166,6 +166,11 @@ def linear_relu_plus_one(query, key, value, causal=True):
     return _recurrent_linear(query, key, value, causal, phi=lambda x: F.relu(x) + 1)
 
 
+def linear_relu_plus_one_on_keys(query, key, value, causal=True):
+    """phi = elu + 1 on the queries, relu + 1 on the keys."""
+    return _recurrent_linear(query, key, value, causal, phi_k=lambda x: F.relu(x) + 1)
+
+
 def linear_phi_on_queries_only(query, key, value, causal=True):
     """phi on the queries, the keys raw."""
     return _recurrent_linear(query, key, value, causal, phi_k=lambda x: x)
@@ -404,6 +409,12 @@ CATALOGUE = [
     ("linear_attention", "phi = softplus", linear_softplus, "linear-feature-map-other"),
     ("linear_attention", "phi = elu + 2", linear_elu_plus_two, "linear-feature-map-other"),
     ("linear_attention", "phi = relu + 1", linear_relu_plus_one, "linear-feature-map-other"),
+    (
+        "linear_attention",
+        "phi = relu + 1 on the keys",
+        linear_relu_plus_one_on_keys,
+        "linear-feature-map-other",
+    ),
     (
         "linear_attention",
         "phi on the queries only",

@@ -4,7 +4,7 @@ character-level training run, and the JSON file with the same metadata.
 The scripts that produce the JSON files the chapters read (``alignment_seeds.py``,
 ``position_study.py``, ``kv_heads_study.py``, ``study_modern_block.py``,
 ``induction_seeds.py``, ``kv_cache_generation.py``, ``greedy_loops.py``,
-``logit_growth_study.py``) import it as
+``logit_growth_study.py``, ``recall_study.py``) import it as
 ``import _study`` (Python puts a script's own folder first on ``sys.path``).
 
 One naming for the same quantity in every file:

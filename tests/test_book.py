@@ -84,6 +84,23 @@ def test_markdown_has_no_control_characters(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_backtick_fence_has_a_backtick_in_its_info_string(path):
+    """CommonMark: the info string of a backtick fence may not contain a backtick, so
+    ```{admonition} ... `repeat` is no fence at all: the box became a paragraph and its
+    closing ``` opened a code block that swallowed the next paragraph (chapter 15, found by
+    a translator). A title with inline code needs a colon fence, :::{admonition}."""
+    bad = []
+    for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+        if cell["cell_type"] != "markdown":
+            continue
+        for line in "".join(cell["source"]).splitlines():
+            match = re.match(r"^\s*(`{3,})(.*)$", line)
+            if match and "`" in match.group(2):
+                bad.append(f"cell {i}: {line.strip()[:80]}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_committed_outputs_carry_no_warnings(path):
     """A warning in a committed output is noise a reader cannot act on, and it differs
     between machines. Fix its cause (or silence it in the code, with a reason), then
@@ -342,3 +359,63 @@ def test_every_figure_cell_has_alt_text(path):
         ):
             bad.append(f"cell {i}: alt={alt!r}")
     assert bad == [], f"{path.name}: figure cells without descriptive alt text:\n" + "\n".join(bad)
+
+
+# --- Notebooks find their files wherever they run from ----------------------------------
+
+# A path relative to the working directory works from one folder only: the Chinese edition
+# runs the same code cells from book/zh/, nbval runs a chapter from book/, a reader may start
+# Jupyter at the repository root. Chapter 19's form works from all of them:
+#     BOOK_DATA = Path(attention_course.__file__).parents[1] / "book" / "data"
+# Flagged: a string argument that starts with data/, book/data/ (or ./, ../ before them),
+# and asking for the working directory at all.
+_CWD_RELATIVE = re.compile(
+    r"""\(\s*[rRbBfFuU]{0,2}["'](?:\.{1,2}/)*(?:book/)?data/"""
+    r"""|\bPath\.cwd\(|\bos\.getcwd\(|\bos\.chdir\("""
+)
+_EVERY_NOTEBOOK = sorted(
+    p
+    for folder in ("book", "exercises")
+    for p in (ROOT / folder).rglob("*.ipynb")
+    if not {"_build", ".ipynb_checkpoints"} & set(p.parts)
+)
+
+
+def _cwd_relative_lines(source: str) -> list[str]:
+    return [line.strip() for line in source.splitlines() if _CWD_RELATIVE.search(line)]
+
+
+def test_cwd_relative_pattern_flags_the_old_lookups_only():
+    flagged = [
+        'path = next(p for p in [Path("data/x.json"), Path("book/data/x.json")] if p.exists())',
+        "with open('data/greedy_loops.json') as f:",
+        'np.load("../data/x.npy")',
+        'Path(f"book/data/{name}.json")',
+        "root = next(p for p in (Path.cwd(), *Path.cwd().parents) if p.exists())",
+        'os.chdir("book")',
+    ]
+    kept = [
+        'BOOK_DATA = Path(attention_course.__file__).parents[1] / "book" / "data"',
+        'study = json.loads((BOOK_DATA / "rope_scaling.json").read_text())',
+        'print("results in book/data/x.json")',
+        "from attention_course.data import python_docs",
+        'metadata = dict(data="x")',
+    ]
+    assert [line for line in flagged if not _cwd_relative_lines(line)] == []
+    assert [line for line in kept if _cwd_relative_lines(line)] == []
+
+
+@pytest.mark.parametrize("path", _EVERY_NOTEBOOK, ids=lambda p: str(p.relative_to(ROOT)))
+def test_code_cells_do_not_read_files_relative_to_the_working_directory(path):
+    nb = nbformat.read(path, as_version=4)
+    found = [
+        f"cell {i}: {line[:120]}"
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        for line in _cwd_relative_lines(cell.source)
+    ]
+    assert found == [], (
+        "paths relative to the working directory (use chapter 19's "
+        'BOOK_DATA = Path(attention_course.__file__).parents[1] / "book" / "data"):\n'
+        + "\n".join(found)
+    )

@@ -221,6 +221,20 @@ REQUIRED_MODES: dict[str, set[str]] = {
     "moe": _GRAD
     | {"mode=train", "mode=eval", "top_k=1", "top_k=E", "T=1", "B=1", "B=T=1", "dtype=float32"},
     "load_balancing_loss": _GRAD | {"top_k=1", "top_k=E", "N=1", "skewed", "dtype=float32"},
+    # exercise 22
+    "linear_attention": _GRAD
+    | {
+        "S!=T",
+        "Dk!=Dv",
+        "T=1",
+        "leading dims",
+        "no leading dims",
+        "dtype=float32",
+        "causal S!=T raises",
+    },
+    "gated_delta_rule": _GRAD
+    | {"B=1", "B>1", "H=1", "H>1", "T=1", "Dk!=Dv", "g!=0", "beta!=1", "g=0", "beta=1"}
+    | {"dtype=float32"},
     # exercise 23
     "merge_partials": _GRAD
     | {"empty rows", "large scores", "no batch axes", "start state", "dtype=float32"},
@@ -329,6 +343,11 @@ EXEMPT: dict[tuple[str, str], str] = {
         "learned sink logits are chapter 19's (tested in tests/test_sinks.py; exercise 19's "
         "sink_attention grades them); exercise 13 asks for (d_model, num_heads, bias, "
         "dropout) only"
+    ),
+    ("gated_delta_rule", "chunk_size"): (
+        "the chunked (parallel) form is chapter 22's (tested against the recurrence and "
+        "Qwen3-Next's torch_chunk_gated_delta_rule in tests/test_linear.py); exercise 22 asks "
+        "for the recurrent form, and its statement says the check never passes chunk_size"
     ),
     ("batch_norm", "momentum=None"): (
         "nn.BatchNorm1d's cumulative average; exercise 07 says it is not part of the task"

@@ -134,6 +134,12 @@ NOT_DEGENERATE: dict[tuple[str, str], str] = {
     ("moe", "transposed"): "the answer is a tuple (out, router_logits), not square",
     ("load_balancing_loss", "input"): "the answer is a scalar: no argument has its shape",
     ("load_balancing_loss", "transposed"): "the answer is a scalar (0-d)",
+    # exercise 22
+    ("linear_attention", "input"): "the answer (..., T, Dv) has the query's shape only where "
+    "Dk = Dv",
+    ("linear_attention", "transposed"): "T != Dv in most cases: (T, Dv) is not square",
+    ("gated_delta_rule", "input"): "the answer is a tuple (output, state)",
+    ("gated_delta_rule", "transposed"): "the answer is a tuple (output (B, T, H, Dv), state)",
     # exercise 23
     ("merge_partials", "input"): "the answer is a tuple (m, l, acc), the arguments tuples",
     (

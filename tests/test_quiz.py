@@ -487,6 +487,24 @@ MODES = {
             "a published size (Mixtral 8x7B)": (D, F, E, k) == (4096, 14336, 8, 2),
         },
     ),
+    # chapter 22: a gated-delta state against a softmax cache, Qwen3-Next's and drawn sizes
+    "22.state_or_cache": (
+        lambda T, H, Dk, Dv, Hkv, Dh, b: (
+            H * Dk * Dv * b,
+            2 * Hkv * Dh * T * b,
+            H * Dk * Dv // (2 * Hkv * Dh) + 1,
+        ),
+        lambda T, H, Dk, Dv, Hkv, Dh, b: {
+            "the cache smaller than the state": 2 * Hkv * Dh * T < H * Dk * Dv,
+            "the cache equal to the state": 2 * Hkv * Dh * T == H * Dk * Dv,
+            "the cache larger than the state": 2 * Hkv * Dh * T > H * Dk * Dv,
+            "the state a whole number of tokens' cache": H * Dk * Dv % (2 * Hkv * Dh) == 0,
+            "the state not a whole number of tokens' cache": H * Dk * Dv % (2 * Hkv * Dh) != 0,
+            "one byte per number": b == 1,
+            "several bytes per number": b > 1,
+            "a published size (Qwen3-Next)": (H, Dk, Dv, Hkv, Dh) == (32, 128, 128, 2, 256),
+        },
+    ),
     # chapter 23: a ring's bytes and its busiest rank's share, the chapter's layer and draws
     "23.ring_costs": (
         lambda B, H, T, W, Dh, nbytes: _ring_costs(B, H, T, W, Dh, nbytes),

@@ -23,6 +23,7 @@ FILES = [
     "book/data/rope_scaling.json",
     "book/data/moe_study.json",
     "book/data/sinks_study.json",
+    "book/data/recall_study.json",
 ]
 METADATA = {"torch", "python", "threads", "processor", "schedule"}
 # old names of quantities that have one name now (scripts/_study.py's docstring)

@@ -155,13 +155,17 @@ def expect_tensor(got, name: str) -> torch.Tensor:
     return got
 
 
+_COUNTS = {3: "three", 4: "four", 5: "five"}
+
+
 def expect_tuple(got, length: int, what: str, names: Sequence[str]) -> tuple:
     """Check that ``got`` is a tuple (or list) of ``length`` items."""
     spelled = "(" + ", ".join(names) + ")"
     if not isinstance(got, (tuple, list)):
         hint = ""
         if isinstance(got, torch.Tensor):
-            hint = f": return both, `return {', '.join(names)}`"
+            every = "both" if length == 2 else f"all {_COUNTS.get(length, length)}"
+            hint = f": return {every}, `return {', '.join(names)}`"
         raise CaseFailed(f"{what} should return a tuple {spelled}, got {type(got).__name__}{hint}")
     if len(got) != length:
         raise CaseFailed(

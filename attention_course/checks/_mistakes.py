@@ -689,6 +689,142 @@ MISTAKES: dict[str, str] = {
         "no gradient reaches router_logits: P must stay in the graph (no `.detach()`, "
         "`.item()` or numpy); only f, the hard counts, carries none"
     ),
+    # ---- linear attention (exercise 22)
+    "linear-normaliser-missing": (
+        "the normaliser is missing: phi(q_i)^T S_i is a weighted sum of the values that grows "
+        "with the tokens seen; divide it by phi(q_i)^T z_i, z_i = sum_j phi(k_j)"
+    ),
+    "linear-state-updated-after-read": (
+        "the output is read before the state is updated: token i must see itself (j <= i); "
+        "add phi(k_i) v_i^T to S and phi(k_i) to z first, then read with phi(q_i) (reading "
+        "first gives token 0 the ratio 0/0)"
+    ),
+    "linear-not-causal": (
+        "with causal=True each position summed over every key, the future included: the "
+        "running sums must hold only the keys j <= i when position i is read"
+    ),
+    "linear-normaliser-not-causal": (
+        "the numerator is causal but the normaliser sums phi(k_j) over every key: z_i = "
+        "sum_{j <= i} phi(k_j) grows with the state, step by step"
+    ),
+    "linear-feature-map-elu-without-one": (
+        "phi is elu(x) without the +1: elu can be negative (down to -1), so the normaliser "
+        "can be 0 or negative; phi(x) = elu(x) + 1 > 0"
+    ),
+    "linear-feature-map-missing": (
+        "no feature map: q and k enter as they are; apply phi(x) = elu(x) + 1 to both (it "
+        "keeps every weight phi(q).phi(k) positive)"
+    ),
+    "linear-feature-map-on-values": (
+        "phi is applied to the values too: only the queries and keys go through "
+        "phi(x) = elu(x) + 1; the values are summed as they are"
+    ),
+    "linear-scaled": (
+        "the queries are scaled by 1/sqrt(Dk) before phi: linear attention (Katharopoulos "
+        "et al., 2020) has no scale, phi(q) . phi(k) with phi = elu + 1 on the raw vectors"
+    ),
+    "linear-causal-flag-ignored": (
+        "causal=False still gives causal sums: without the mask every position sees every "
+        "key, S = sum over all j of phi(k_j) v_j^T (and z likewise), summed once"
+    ),
+    "linear-feature-map-other": (
+        "the feature map is {name}, not phi(x) = elu(x) + 1: linear attention (Katharopoulos "
+        "et al., 2020) uses elu(x) + 1 on the queries and the keys, and the check compares "
+        "with that map"
+    ),
+    "linear-feature-map-queries-only": (
+        "phi is applied to the queries only, the keys enter raw: the weight is "
+        "phi(q_i) . phi(k_j), so apply phi(x) = elu(x) + 1 to the keys too (S and z sum "
+        "phi(k_j))"
+    ),
+    "linear-feature-map-keys-only": (
+        "phi is applied to the keys only, the queries enter raw: the weight is "
+        "phi(q_i) . phi(k_j), so apply phi(x) = elu(x) + 1 to the queries too, in the "
+        "numerator and the normaliser"
+    ),
+    "linear-scaled-output": (
+        "the output is divided by sqrt(Dk): linear attention has no scale, the normaliser "
+        "phi(q_i)^T z_i already makes the weights sum to 1"
+    ),
+    "linear-scaled-inside-phi": (
+        "q and k are scaled by 1/sqrt(Dk) inside phi, phi(q / sqrt(Dk)): linear attention "
+        "(Katharopoulos et al., 2020) has no scale; phi(x) = elu(x) + 1 on the raw vectors"
+    ),
+    "linear-default-not-causal": (
+        "the default of `causal` must be True: called with causal=True your function gives "
+        "the right values, left at its default it does not; keep the stub's signature, "
+        "`def linear_attention(query, key, value, causal=True)`"
+    ),
+    # ---- the gated delta rule (exercise 22)
+    "delta-decay-after-update": (
+        "the decay is applied after the update, S_t = a_t (S_{t-1} + beta_t k_t (v_t - "
+        "S_{t-1}^T k_t)^T): decay the old state first, S' = a_t S_{t-1}, then read S'^T k_t "
+        "and write beta_t k_t (v_t - S'^T k_t)^T (the new value must not be decayed)"
+    ),
+    "delta-read-undecayed": (
+        "the correction is read from the undecayed state, v_t - S_{t-1}^T k_t: read the "
+        "decayed one, v_t - (a_t S_{t-1})^T k_t, the memory as it is when the write happens"
+    ),
+    "delta-beta-on-value-only": (
+        "beta multiplies the new value only, k_t (beta_t v_t - (a_t S_{t-1})^T k_t)^T: beta_t "
+        "scales the whole correction, beta_t k_t (v_t - (a_t S_{t-1})^T k_t)^T"
+    ),
+    "delta-beta-on-whole-update": (
+        "beta multiplies the decayed state too, beta_t (a_t S_{t-1} + k_t (v_t - ...)^T): "
+        "beta_t scales only the correction written, S_t = a_t S_{t-1} + beta_t k_t (v_t - "
+        "(a_t S_{t-1})^T k_t)^T"
+    ),
+    "delta-beta-on-read-only": (
+        "beta multiplies the read-back only, k_t (v_t - beta_t (a_t S_{t-1})^T k_t)^T: "
+        "beta_t scales the whole correction, new value and read-back alike, "
+        "beta_t k_t (v_t - (a_t S_{t-1})^T k_t)^T"
+    ),
+    "delta-read-term-missing": (
+        "the read-back is missing, S_t = a_t S_{t-1} + beta_t k_t v_t^T (gated linear "
+        "attention, not the delta rule): write the correction, beta_t k_t (v_t - "
+        "(a_t S_{t-1})^T k_t)^T, what the memory lacks under k_t"
+    ),
+    "delta-decay-sign": (
+        "the decay is exp(-g_t): g holds log-decays (g <= 0), so a_t = exp(g_t) is in "
+        "(0, 1]; exp(-g_t) is above 1 and grows the state"
+    ),
+    "delta-one-minus-beta": (
+        "(1 - beta_t) is used in place of beta_t: beta_t is the strength of the write "
+        "itself, S_t = a_t S_{t-1} + beta_t k_t (v_t - (a_t S_{t-1})^T k_t)^T"
+    ),
+    "delta-beta-ignored": (
+        "beta is not used: the correction written is beta_t k_t (v_t - (a_t S_{t-1})^T k_t)^T"
+    ),
+    "delta-decay-ignored": (
+        "the decay is not applied: multiply the state by a_t = exp(g_t) at every step"
+    ),
+    "delta-g-used-as-decay": (
+        "g is used as the decay itself: g holds log-decays (g <= 0), the state is "
+        "multiplied by a_t = exp(g_t)"
+    ),
+    "delta-scale-missing": (
+        "the 1/sqrt(Dk) scale of the output is missing: o_t = S_t^T q_t / sqrt(Dk)"
+    ),
+    "delta-output-before-update": (
+        "the output is read before the update: o_t = S_t^T q_t / sqrt(Dk) reads the state "
+        "after token t was written"
+    ),
+    "delta-initial-state-ignored": (
+        "initial_state is ignored: when given, it is the state before the first token "
+        "(zeros only when it is None)"
+    ),
+    "delta-state-transposed": (
+        "the returned state is transposed, (B, H, Dv, Dk): return it as (B, H, Dk, Dv), the "
+        "layout of initial_state (S^T k reads the value stored under k)"
+    ),
+    "delta-time-axis-wrong": (
+        "the recurrence runs over the wrong axis: the inputs are (B, T, H, D), time is "
+        "axis 1 (transpose to (B, H, T, D) first if you loop over axis 2)"
+    ),
+    "delta-qk-normalised": (
+        "q and k are normalised inside the rule: the caller normalises them (Qwen3-Next's "
+        "layer l2-normalises before calling it); use them as they are given"
+    ),
     # ---- ring attention simulated on one process (exercise 23): the merge, then the ring
     "ring-merge-held-not-rescaled": (
         "the sums already held are not rescaled (the new maximum only): l_a and acc_a were "

@@ -27,6 +27,7 @@ from .latent import (  # exercise 18 (and the contract's module, graded by no ex
     check_mla_absorbed_attention,
     check_multi_head_latent_attention,
 )
+from .linear import check_gated_delta_rule, check_linear_attention  # exercise 22
 from .logit_range import check_qk_norm_attention, check_softcap_attention  # exercise 20
 from .long_context import (  # exercise 19
     check_rope_frequencies,
@@ -90,6 +91,7 @@ _BY_EXERCISE: dict[str | None, tuple[Callable, ...]] = {
     ),
     "20_logits_in_range": (check_qk_norm_attention, check_softcap_attention),
     "21_mixture_of_experts": (check_moe, check_load_balancing_loss),
+    "22_linear_attention": (check_linear_attention, check_gated_delta_rule),
     "23_ring_attention": (check_merge_partials, check_simulated_ring_attention),
 }
 

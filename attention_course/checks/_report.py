@@ -87,11 +87,30 @@ class Report:
             return "All cases pass: well done."
         return "Not passed yet: fix the first ✗ case above, then run the check again."
 
+    def _shown(self) -> list[str]:
+        """The messages as the report shows them: a long ``Hint:`` line whose first
+        sentence an earlier case already showed (the float32 round-trip rule, say, which
+        every float64 case repeats with its own error) is shown in full once, and later as
+        that sentence and "(as above)"; ``results`` keep every message whole."""
+        seen: set[str] = set()
+        shown = []
+        for r in self.results:
+            lines = []
+            for line in (r.message or "").splitlines():
+                head = line.split(". ")[0].rstrip(".")
+                if line.startswith("Hint: ") and len(line) > 2 * len(head) > 60:
+                    if head in seen:
+                        line = f"{head} (as above)."
+                    seen.add(head)
+                lines.append(line)
+            shown.append("\n".join(lines))
+        return shown
+
     def __str__(self) -> str:
         lines = [self.header()]
-        for r in self.results:
+        for r, message in zip(self.results, self._shown(), strict=True):
             mark = PASS_MARK if r.passed else FAIL_MARK
-            first, *rest = (r.message or "").splitlines() or [""]
+            first, *rest = (message or "").splitlines() or [""]
             lines.append(f"  {mark} {r.name}" + (f": {first}" if first else ""))
             lines.extend(f"      {line}" for line in rest)
         lines.append(self.verdict())
@@ -103,7 +122,7 @@ class Report:
     def _repr_html_(self) -> str:
         colour = "#1a7f37" if self.passed else "#cf222e"
         rows = []
-        for r in self.results:
+        for r, message in zip(self.results, self._shown(), strict=True):
             mark = PASS_MARK if r.passed else FAIL_MARK
             mark_colour = "#1a7f37" if r.passed else "#cf222e"
             rows.append(
@@ -111,7 +130,7 @@ class Report:
                 f'<td style="text-align:left">{html.escape(r.name)}</td>'
                 f'<td style="color:{mark_colour};text-align:center">{mark}</td>'
                 '<td style="text-align:left;white-space:pre-wrap;font-family:monospace">'
-                f"{html.escape(r.message)}</td>"
+                f"{html.escape(message)}</td>"
                 "</tr>"
             )
         return (

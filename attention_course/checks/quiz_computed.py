@@ -798,6 +798,169 @@ def moe_parameters_cases(candidate: Callable) -> list[Case]:
     return [Case(name, run_with(c)) for name, c in zip(names, MOE_CONFIGS, strict=True)]
 
 
+# ---------------------------------------------------------------- chapter 22: a state or a cache
+
+# (tokens, delta_heads, d_key, d_value, kv_heads, d_head, bytes_per_number). Qwen3-Next's
+# defaults in Hugging Face's Qwen3NextConfig: 32 value heads of 128 x 128 in each gated
+# delta layer (its state has one (Dk, Dv) matrix per value head); full-attention layers
+# with 2 key/value heads of 256; bfloat16 (2 bytes).
+QWEN3_NEXT = (32, 128, 128, 2, 256, 2)
+
+
+def state_or_cache_reference(
+    tokens, delta_heads, d_key, d_value, kv_heads, d_head, bytes_per_number
+) -> tuple[int, int, int]:
+    """(the bytes of one gated-delta layer's state, the bytes of one softmax-attention
+    layer's key/value cache after ``tokens`` tokens, the first length at which the cache
+    is larger than the state), for one sequence."""
+    state = delta_heads * d_key * d_value  # numbers: one (Dk, Dv) matrix per head
+    per_token = 2 * kv_heads * d_head  # numbers: a key and a value per kv head
+    return (
+        state * bytes_per_number,
+        per_token * tokens * bytes_per_number,
+        state // per_token + 1,  # the first T with per_token * T > state
+    )
+
+
+def _state_or_cache_mistakes(T, H, Dk, Dv, Hkv, Dh, b):
+    right = state_or_cache_reference(T, H, Dk, Dv, Hkv, Dh, b)
+    state, per_token = H * Dk * Dv, 2 * Hkv * Dh
+    return [
+        (
+            "the cache holds a key AND a value per token and kv head: 2 * kv_heads * d_head "
+            "numbers per token, not kv_heads * d_head",
+            (right[0], right[1] // 2, state // (per_token // 2) + 1),
+        ),
+        (
+            "the state does not grow with the tokens: it is one (d_key, d_value) matrix per "
+            "head, whatever the length (that is the point of a fixed-size state)",
+            (right[0] * T, right[1], right[2]),
+        ),
+        (
+            "numbers, not bytes: multiply the state and the cache by bytes_per_number",
+            (state, per_token * T, right[2]),
+        ),
+        (
+            "the first length is where the cache is larger, strictly: at T = state / "
+            "(2 * kv_heads * d_head) the two are equal, so the answer is one more",
+            (right[0], right[1], -(-state // per_token)),
+        ),
+        (
+            "the first length is where the cache is larger, strictly: at T = state / "
+            "(2 * kv_heads * d_head) the two are equal, so the answer is one more",
+            (right[0], right[1], state // per_token),
+        ),
+        (
+            "the first length compares bytes with numbers: the state in numbers, the cache "
+            "in bytes (or the other way round); compare like with like",
+            (right[0], right[1], state // (per_token * b) + 1),
+        ),
+        (
+            "the first length compares bytes with numbers: the state in numbers, the cache "
+            "in bytes (or the other way round); compare like with like",
+            (right[0], right[1], state * b // per_token + 1),
+        ),
+        (
+            "the state is counted twice, as if it held keys and values: it is one "
+            "(d_key, d_value) matrix per head",
+            (2 * right[0], right[1], 2 * state // per_token + 1),
+        ),
+        (
+            "bits, not bytes: bytes_per_number is already in bytes, so state and cache are "
+            "numbers * bytes_per_number, with no factor 8",
+            (8 * right[0], 8 * right[1], right[2]),
+        ),
+        (
+            "the sizes take 2 bytes a number whatever bytes_per_number says (bfloat16 "
+            "fixed): multiply by the argument bytes_per_number (4 for float32, 1 for 8-bit)",
+            (2 * state, 2 * per_token * T, right[2]),
+        ),
+    ]
+
+
+def _drawn_state_config(seed: int) -> tuple[int, ...]:
+    """A configuration drawn from the run seed (`_data.generator`): powers of two for the
+    head sizes, so that the state is a whole number of tokens' worth of cache (the case where
+    'larger' and 'at least as large' differ); a drawn length."""
+    g = _data.generator(seed)
+
+    def pick(*values):
+        return values[int(torch.randint(len(values), (1,), generator=g))]
+
+    H = pick(4, 8, 16, 32, 48)
+    Dk = pick(32, 64, 128, 256)
+    Dv = pick(32, 64, 128, 256)
+    Hkv = pick(1, 2, 4, 8)
+    Dh = pick(64, 128, 256)
+    b = pick(1, 2, 4)
+    T = int(torch.randint(1, 100_000, (1,), generator=g))
+    return (T, H, Dk, Dv, Hkv, Dh, b)
+
+
+STATE_CACHE_CASES = (
+    (
+        "Qwen3-Next's layers (32 delta heads of 128 x 128; 2 kv heads of 256), T=32768, bf16",
+        (32768, *QWEN3_NEXT),
+    ),
+    ("the same layers at T=512, where the cache equals the state", (512, *QWEN3_NEXT)),
+    (
+        "a state that is not a whole number of tokens' cache: H=3, Dk=Dv=10, 1 kv head of 7, "
+        "float32",
+        (5, 3, 10, 10, 1, 7, 4),
+    ),
+)
+
+
+def state_or_cache_cases(candidate: Callable) -> list[Case]:
+    """Cases for ``state_or_cache(tokens, delta_heads, d_key, d_value, kv_heads, d_head,
+    bytes_per_number) -> (state_bytes, cache_bytes, first_length)``, compared exactly;
+    two configurations drawn from the run seed."""
+
+    def run_with(config=None, drawn_seed=None):
+        def run() -> None:
+            nonlocal config
+            if config is None:
+                config = _drawn_state_config(drawn_seed)
+            what = f"{answer_name(candidate)}{tuple(config)}"
+            raw = call_student(candidate, *config, what=what)
+            if _is_vector(raw):
+                raw = tuple(raw)
+            got = expect_tuple(raw, 3, what, ("state_bytes", "cache_bytes", "first_length"))
+            floats = [_is_float(v) for v in got]
+            got = tuple(_whole_number(v, what) for v in got)
+            right = state_or_cache_reference(*config)
+            if got == right:
+                return
+            message = f"{what} returned {got}, expected other numbers"
+            for text, wrong in _state_or_cache_mistakes(*config):
+                if wrong != right and got == wrong:
+                    message += f"\nLikely mistake: {text}."
+                    break
+            else:
+                if any(floats):
+                    message += (
+                        "\nHint: give exact integers: the numbers are compared exactly, and a "
+                        "float counts only when it holds the exact integer (`1048576.0`); a "
+                        "fraction from `/` or a rounded float (`1.05e6`) does not, so use `//`, "
+                        "not `/` and rounding"
+                    )
+                elif got[:2] == right[:2]:
+                    message += (
+                        "\nHint: the two sizes are right; the first length is the smallest "
+                        "T at which 2 * kv_heads * d_head * T numbers exceed the state's"
+                    )
+            raise CaseFailed(message)
+
+        return run
+
+    cases = [Case(name, run_with(config)) for name, config in STATE_CACHE_CASES]
+    cases += [
+        Case(f"a configuration drawn from the run seed ({i})", run_with(drawn_seed=seed))
+        for i, seed in enumerate((2501, 2511), start=1)
+    ]
+    return cases
+
+
 # ---------------------------------------------------------------- chapter 23: ring costs
 
 # The chapter's long-context layer (B = 1, H = 32, T = 2**20 tokens on W = 8 ranks,
@@ -1087,6 +1250,7 @@ CASES: dict[str, Callable[[Callable], list[Case]]] = {
     "mistral_cache_bytes": mistral_cache_bytes_cases,
     "rope_attention": rope_attention_cases,  # chapter 14
     "moe_parameters": moe_parameters_cases,  # chapter 21
+    "state_or_cache": state_or_cache_cases,  # chapter 22
     "ring_costs": ring_costs_cases,  # chapter 23
 }
 """The computed questions' cases by name, as the question bank names them."""
@@ -1098,4 +1262,5 @@ check_dot_product_attention = checker("dot_product_attention")(dot_product_atten
 check_masked_mean_pool = checker("masked_mean_pool")(masked_mean_pool_cases)
 check_rope_attention = checker("rope_attention")(rope_attention_cases)  # chapter 14
 check_moe_parameters = checker("moe_parameters")(moe_parameters_cases)  # chapter 21
+check_state_or_cache = checker("state_or_cache")(state_or_cache_cases)  # chapter 22
 check_ring_costs = checker("ring_costs")(ring_costs_cases)  # chapter 23

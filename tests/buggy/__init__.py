@@ -20,6 +20,7 @@ from . import (
     interpret,
     kv,
     latent,
+    linear,
     logit_range,
     long_context,
     masking,
@@ -94,6 +95,9 @@ REFERENCES = {
     # exercise 21
     "moe": ac.MoE,
     "load_balancing_loss": ac.load_balancing_loss,
+    # exercise 22
+    "linear_attention": ac.linear_attention,
+    "gated_delta_rule": ac.gated_delta_rule,
     # exercise 23: the ring simulated on one process (the package's ring runs on processes)
     "merge_partials": ring.reference_merge,
     "simulated_ring_attention": ring.reference_ring,
@@ -120,6 +124,7 @@ CATALOGUE = [
     *long_context.CATALOGUE,  # exercise 19
     *logit_range.CATALOGUE,  # exercise 20
     *moe.CATALOGUE,  # exercise 21
+    *linear.CATALOGUE,  # exercise 22
     *ring.CATALOGUE,  # exercise 23
 ]
 

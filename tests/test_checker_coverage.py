@@ -239,7 +239,18 @@ REQUIRED_MODES: dict[str, set[str]] = {
     "merge_partials": _GRAD
     | {"empty rows", "large scores", "no batch axes", "start state", "dtype=float32"},
     "simulated_ring_attention": _GRAD
-    | {"causal", "W=1", "W=2", "W=3", "W=4", "Dk!=Dv", "one tile", "dtype=float32"},
+    | {
+        "causal",
+        "W=1",
+        "W=2",
+        "W=3",
+        "W=4",
+        "Dk!=Dv",
+        "one tile",
+        "dtype=float32",
+        "no batch axes",
+        "one batch axis",
+    },
 }
 
 EXEMPT: dict[tuple[str, str], str] = {

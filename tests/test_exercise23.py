@@ -17,6 +17,7 @@ import attention_course as ac
 from attention_course.checks import check_merge_partials, check_simulated_ring_attention
 from attention_course.checks.quiz_computed import (
     RING_CHAPTER_CONFIG,
+    RING_COSTS_MAY_TIE,
     _ring_cost_mistakes,
     draw_ring_config,
     ring_costs_reference,
@@ -33,7 +34,7 @@ from attention_course.quiz import check_quiz
 sys.path.insert(0, os.path.dirname(__file__))
 from buggy import ring  # noqa: E402
 
-SEEDS = [0, 1, 7, 2024, 99991]
+SEEDS = [0, 1, 2, 3, 7, 11, 42, 2024, 31337, 99991]
 
 
 def _first_failure(report):
@@ -167,6 +168,31 @@ def test_the_first_failing_case_names_the_mistake(impl, mistake):
     assert _first_failure(report).mistake == mistake, _first_failure(report).message
 
 
+def test_a_ring_with_hard_coded_axes_fails_the_shards_without_b_and_h_and_is_told_why():
+    """Shards (n, D) and (B, n, D): a ring that indexes axes 2 and 3 raises there, and the
+    message says to use axes -2/-1 (it passed all ten cases when every shard was 4-d)."""
+    for seed in SEEDS:
+        report = check_simulated_ring_attention(ring.ring_four_d_only, seed=seed)
+        failed = [r for r in report.results if not r.passed]
+        assert [r.name.split(",")[2].strip() for r in failed] == [
+            "shards (n",
+            "shards (B",
+        ], f"seed {seed}: {report}"
+        assert all("use axes -2/-1" in r.message for r in failed), str(report)
+
+
+def test_one_rank_that_forgets_causal_is_named_with_its_twin():
+    """At W = 1 a ring that ignores causal=True and one whose own block is unmasked give
+    the same output: the case names both, "one of", instead of neither."""
+    for seed in SEEDS:
+        report = check_simulated_ring_attention(ring.ring_one_rank_not_causal, seed=seed)
+        failed = [r for r in report.results if not r.passed]
+        assert len(failed) == 1 and failed[0].name.startswith("W = 1"), str(report)
+        message = failed[0].message
+        assert "Likely mistake: one of several mistakes" in message, message
+        assert "causal=True is ignored" in message and "own block is not masked" in message
+
+
 def test_merge_mistakes_are_named_in_the_ring_too():
     """A ring built on a merge that forgets to rescale fails with the merge's mistake."""
     report = check_simulated_ring_attention(ring.ring_new_max_only)
@@ -221,7 +247,8 @@ def test_drawn_configurations_keep_every_mistake_distinct():
         assert T % W == 0 and B >= 3 and H >= 6 and W >= 3
         right = ring_costs_reference(*config)
         for index, mistakes in enumerate(_ring_cost_mistakes(*config)):
-            values = [right[index], *(v for _, v in mistakes)]
+            # the mistakes that tie by construction are named "one of" where they do
+            values = [right[index], *(v for m, v in mistakes if m not in RING_COSTS_MAY_TIE)]
             assert len({round(v / right[index], 9) for v in values}) == len(values), config
 
 
@@ -238,7 +265,23 @@ def test_ring_costs_accepts_numpy_and_torch_and_names_mistakes():
         step = 2 * B * H * n * Dh * nbytes
         return step, (W - 1) * step, ((W - 1) * n * n + n * (n + 1) / 2) / (T * (T + 1) / 2)
 
-    for answer in (as_numpy, as_torch, true_division):
+    def exact_fraction(B, H, T, W, Dh, nbytes):
+        from fractions import Fraction
+
+        n = T // W
+        step = 2 * B * H * n * Dh * nbytes
+        busiest = Fraction((W - 1) * n * n + n * (n + 1) // 2, T * (T + 1) // 2)
+        return step, (W - 1) * step, busiest
+
+    def decimals(B, H, T, W, Dh, nbytes):
+        from decimal import Decimal
+
+        step, total, _ = ring_costs_reference(B, H, T, W, Dh, nbytes)
+        n = T // W
+        busiest = Decimal((W - 1) * n * n + n * (n + 1) // 2) / Decimal(T * (T + 1) // 2)
+        return Decimal(step), Decimal(total), busiest
+
+    for answer in (as_numpy, as_torch, true_division, exact_fraction, decimals):
         for seed in SEEDS:
             report = check_quiz("23.ring_costs", answer, seed=seed)
             assert report.passed, f"{answer.__name__}, seed {seed}: {report}"
@@ -277,6 +320,83 @@ def test_ring_costs_accepts_numpy_and_torch_and_names_mistakes():
             assert all(not r.passed and phrase in r.message for r in drawn), (which, seed)
 
 
+def _ring_costs_with(which):
+    """A ring_costs answer with one mistake (the simulated student's)."""
+
+    def answer(B, H, T, W, Dh, nbytes):
+        n = T // W
+        per_number = 2 * B * H * n * Dh
+        step = per_number * nbytes
+        busiest = (W - 1) * n * n + n * (n + 1) / 2
+        share = busiest / (T * (T + 1) / 2)
+        if which == "bits":
+            step = step * 8
+        elif which == "always 2 bytes":
+            step = per_number * 2
+        elif which == "always 4 bytes":
+            step = per_number * 4
+        elif which == "K only":
+            step = step // 2
+        elif which == "whole sequence":
+            step = step * W
+        total = (W - 1) * step
+        if which == "W - 2 sends":
+            total = (W - 2) * step
+        elif which == "forward twice":
+            total = 2 * (W - 1) * step
+        elif which == "swapped":
+            step, total = total, step
+        elif which == "no diagonal":
+            share = ((W - 1) * n * n + n * (n - 1) / 2) / (T * (T - 1) / 2)
+        elif which == "own scores":
+            share = busiest / (W * n * n)
+        elif which == "own block whole":
+            share = W * n * n / (T * (T + 1) / 2)
+        elif which == "rounded":
+            share = round(share, 4)
+        return step, total, share
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    "which, phrase",
+    [
+        ("bits", "bits, not bytes"),
+        ("always 2 bytes", "the bytes per number fixed at 2"),
+        ("always 4 bytes", "the bytes per number fixed at 4"),
+        ("K only", "only the key block is counted"),
+        ("whole sequence", "the whole sequence's T positions"),
+        ("W - 2 sends", "W - 2 sends"),
+        ("forward twice", "counted twice, 2 (W - 1) sends"),
+        ("swapped", "the two byte counts are swapped"),
+        ("no diagonal", "the triangles counted without their diagonal"),
+        ("own scores", "the busiest rank's share of its own W n^2 scores"),
+        ("own block whole", "the own block counted whole"),
+        ("rounded", "it is the right share rounded to"),
+    ],
+)
+def test_ring_costs_names_each_mistake_in_every_failing_case_under_every_seed(which, phrase):
+    """Every case the mistake fails names it, alone or "one of" with the mistakes that give
+    the same number there: at W = 8 (the chapter's layer) 8 times the bytes is bits and the
+    whole sequence at once, at 2 bytes half the bytes is the key block alone and the bytes
+    per number left out; a fixed 2 or 4 bytes is never called "only the key block" alone."""
+    for seed in SEEDS:
+        report = check_quiz("23.ring_costs", _ring_costs_with(which), seed=seed)
+        failed = [r for r in report.results if not r.passed]
+        assert failed, f"{which}, seed {seed}: {report}"
+        for result in failed:
+            assert phrase in result.message, (which, seed, result.message)
+            if "fixed at" not in phrase:
+                continue
+            for line in result.message.splitlines():
+                if "only the key block" in line:
+                    assert "fixed at" in line, (which, seed, result.message)
+    chapter = check_quiz("23.ring_costs", _ring_costs_with(which)).results[0]
+    if which in ("bits", "K only", "whole sequence", "swapped", "always 4 bytes"):
+        assert not chapter.passed and phrase in chapter.message, chapter.message
+
+
 # ---------------------------------------------------------------- the statements
 
 
@@ -290,6 +410,12 @@ def test_the_statements_say_keep_float64_and_quote_the_rules():
         assert text.count("Keep float64: no float32 round trip") == 2
         assert "not wrong, only wasteful" in text  # future blocks masked instead of skipped
         assert "`F.scaled_dot_product_attention`" in text
+        # task 2's shards come without (B, H) too; a ring with a private merge can pass
+        assert "`(B, H, n, D)`, `(B, n, D)` and `(n, D)`" in text
+        assert "can pass here while task 1 fails" in text
+        assert "where task 1's check fails, this one fails too" not in text
+        # task 3 accepts any real number, for each of the three
+        assert "`fractions.Fraction` or `decimal.Decimal`" in text
 
 
 def test_the_ring_and_tiled_references_are_absent_while_grading():

@@ -883,6 +883,29 @@ MISTAKES: dict[str, str] = {
         "exponents, and return m = max(m_a, m_b) = -inf (or the dtype's most negative "
         "number) with l = 0 and acc = 0"
     ),
+    "ring-merge-normalised": (
+        "the merged state comes back normalised, l = 1 and acc the output acc / l: the merge "
+        "returns the unnormalised sums l and acc, measured against m = max(m_a, m_b), and "
+        "the ring divides acc / l once, after the last block"
+    ),
+    "ring-merge-min-of-maxima": (
+        "m is the smaller of the two maxima: the merged m is the larger, max(m_a, m_b), so "
+        "that every factor e^{m_own - m} is at most 1 (with the smaller one they exceed 1 "
+        "and overflow for scores far apart)"
+    ),
+    "ring-merge-held-maximum": (
+        "m stays the held state's m_a: the merged m is max(m_a, m_b), so where the incoming "
+        "block holds the larger score m must rise to m_b"
+    ),
+    "ring-merge-exponents-from-zero": (
+        "the exponents are not measured from the maxima: the factors are e^{m_a - m} and "
+        "e^{m_b - m}, not e^{m_a} and e^{m_b} (reading m as 0 is only for a row whose m "
+        "is -inf; for scores near 1,000, e^{m_a} overflows)"
+    ),
+    "ring-merge-measured-from-held": (
+        "l and acc are measured against m_a, not against the m you return: with "
+        "m = max(m_a, m_b) the factors are e^{m_a - m} and e^{m_b - m}, both at most 1"
+    ),
     "ring-own-block-skipped": (
         "each rank's own key/value block is skipped: at step t = 0 a rank holds its own "
         "block (positions rn .. rn + n - 1) and must score it first; over the W steps it "
@@ -920,6 +943,38 @@ MISTAKES: dict[str, str] = {
     "ring-diagonal-unmasked": (
         "the rank's own block is not masked: in it query i sees key j only when j <= i "
         "(the same positions), a triangle with its diagonal"
+    ),
+    "ring-diagonal-plus-one": (
+        "the rank's own block is masked with one diagonal too many (`tril(1)`, or j <= i + 1): "
+        "query i sees key i + 1, one position of its future; the triangle is j <= i, "
+        "`tril()` with its diagonal"
+    ),
+    "ring-earlier-blocks-skipped": (
+        "the blocks of earlier ranks are skipped and the later ones kept: the blocks of "
+        "ranks s < r lie wholly in the queries' past and are seen whole; those of later "
+        "ranks, s > r, lie in the future and are skipped"
+    ),
+    "ring-mask-from-step": (
+        "the causal mask's key positions come from the step t (tn + j) instead of the rank "
+        "whose block it is, s = (r - t) mod W (sn + j): the block a rank holds at step t "
+        "is rank s's"
+    ),
+    "ring-causal-always": (
+        "the output is causal although causal=False: without the flag every query sees all "
+        "T keys, every block whole and none skipped"
+    ),
+    "ring-scale-dv": (
+        "the scores are scaled by 1/sqrt(Dv), the value width: the scale is 1/sqrt(Dk), the "
+        "width of the queries and keys (`q.shape[-1]`)"
+    ),
+    "ring-outputs-reversed": (
+        "the output shards come back in the wrong order: return [rank 0's, rank 1's, ...], "
+        "each rank's output for its own queries, in the order of the query shards"
+    ),
+    "ring-blocks-normalised": (
+        "each block's acc is divided by its l before the merge: a block's partial result "
+        "is the unnormalised (m, l, acc), and the ring divides acc / l once, after the last "
+        "block (the merge weighs the blocks by their sums l)"
     ),
     "ring-holds-more-than-a-tile": (
         "your code creates a tensor of {elements} elements ({shape}, made by {op}), more "

@@ -1003,7 +1003,7 @@ def draw_ring_config(seed: int) -> tuple[int, int, int, int, int, int]:
     def distinct(config) -> bool:
         right = ring_costs_reference(*config)
         for index, mistakes in enumerate(_ring_cost_mistakes(*config)):
-            values = [right[index], *(value for _, value in mistakes)]
+            values = [right[index], *(v for m, v in mistakes if m not in RING_COSTS_MAY_TIE)]
             for i, a in enumerate(values):
                 if any(math.isclose(a, b, rel_tol=1e-4) for b in values[i + 1 :]):
                     return False
@@ -1013,14 +1013,35 @@ def draw_ring_config(seed: int) -> tuple[int, int, int, int, int, int]:
 
 
 def _named(value: float, right: float, mistakes) -> str | None:
-    """The message of the one known mistake whose number ``value`` is; None where it is
-    none, the right number, or the number of two mistakes (naming one would be a guess)."""
-    found = [
-        message
-        for message, wrong in mistakes
-        if not math.isclose(wrong, right, rel_tol=1e-6) and math.isclose(value, wrong, rel_tol=1e-6)
-    ]
-    return found[0] if len(set(found)) == 1 else None
+    """The message of the known mistake whose number ``value`` is; None where it is none
+    or the right number. Where several mistakes give this number (at W = 8, 8 times the
+    bytes is both bits and the whole sequence) it names them all, "one of ...": naming
+    one would be a guess."""
+    found = []
+    for message, wrong in mistakes:
+        if math.isclose(wrong, right, rel_tol=1e-6) or not math.isclose(value, wrong, rel_tol=1e-6):
+            continue
+        if message not in found:
+            found.append(message)
+    if len(found) <= 1:
+        return found[0] if found else None
+    return "one of several mistakes that all give this number here: " + "; or ".join(
+        message.split(": ")[0] for message in found
+    )
+
+
+RING_COSTS_MAY_TIE = frozenset(
+    {
+        "the bytes per number fixed at 2 (bfloat16): use bytes_per_number",
+        "the bytes per number fixed at 4 (float32): use bytes_per_number",
+        "W - 2 sends: the forward pass sends at every step but the last, W - 1 times",
+    }
+)
+"""Mistakes whose number equals the right one or another mistake's on some
+configurations by construction (2 fixed bytes are right at bfloat16 and give half the
+bytes at float32, as the key block alone does; W - 2 sends are one step at W = 3): the
+drawn configurations are not redrawn for them; where they tie, the message names all
+the mistakes that give the number."""
 
 
 def _ring_cost_mistakes(B, H, T, W, Dh, nbytes):
@@ -1035,6 +1056,9 @@ def _ring_cost_mistakes(B, H, T, W, Dh, nbytes):
         ("the bytes per number are missing: numbers times bytes_per_number", step // nbytes),
         ("the batch size B is missing: a block holds B * H * (T/W) * Dh numbers", step // B),
         ("the heads H are missing: a block holds B * H * (T/W) * Dh numbers", step // H),
+        ("the bytes per number fixed at 2 (bfloat16): use bytes_per_number", step * 2 // nbytes),
+        ("the bytes per number fixed at 4 (float32): use bytes_per_number", step * 4 // nbytes),
+        ("a count in GiB (bytes / 2**30): return the number of bytes", step / 2**30),
     ]
     totals = [
         (
@@ -1048,6 +1072,15 @@ def _ring_cost_mistakes(B, H, T, W, Dh, nbytes):
             W * (W - 1) * step,
         ),
         ("one step only: the forward pass sends W - 1 times", step),
+        (
+            "W - 2 sends: the forward pass sends at every step but the last, W - 1 times",
+            (W - 2) * step,
+        ),
+        (
+            "counted twice, 2 (W - 1) sends (the forward and the backward pass?): the "
+            "forward pass alone sends W - 1 times",
+            2 * (W - 1) * step,
+        ),
     ]
     fractions = [
         (
@@ -1077,8 +1110,58 @@ def _ring_cost_mistakes(B, H, T, W, Dh, nbytes):
             "the least busy rank's share (rank 0): the busiest is the last rank",
             pairs[1] / (T * (T + 1) / 2),
         ),
+        (
+            "the triangles counted without their diagonal, n(n-1)/2 and T(T-1)/2: a query "
+            "sees its own key, so the own block has n(n+1)/2 pairs and the whole T(T+1)/2",
+            ((W - 1) * n * n + n * (n - 1) / 2) / (T * (T - 1) / 2),
+        ),
+        (
+            "the own block's triangle counted without its diagonal, n(n-1)/2: a query sees "
+            "its own key, n(n+1)/2 pairs",
+            ((W - 1) * n * n + n * (n - 1) / 2) / (T * (T + 1) / 2),
+        ),
+        (
+            "the own block counted whole, W n^2: in it only the triangle j <= i is "
+            "unmasked, n(n+1)/2 pairs",
+            W * n * n / (T * (T + 1) / 2),
+        ),
+        (
+            "the busiest rank's share of its own W n^2 scores (the masked ones it saves): "
+            "the question asks for its share of all the ranks' work, T(T+1)/2 pairs",
+            pairs[0] / (W * n * n),
+        ),
     ]
     return sends, totals, fractions
+
+
+_BYTES = ((0, "bytes_per_step"), (1, "bytes_forward"))
+
+
+def _real_number(raw: object, what: str) -> float:
+    """``raw`` as a float: any real number counts, as the byte counts do (int, float,
+    ``fractions.Fraction`` and any other ``numbers.Real``, ``decimal.Decimal``, numpy and
+    torch scalars); a bool or a text does not."""
+    import numbers
+    from decimal import Decimal
+
+    if isinstance(raw, Decimal):
+        if not raw.is_finite():
+            raise CaseFailed(f"{what} returned Decimal({raw}): expected a finite number")
+        return float(raw)
+    if (
+        isinstance(raw, numbers.Real)
+        and not isinstance(raw, bool)
+        and type(raw).__module__
+        not in (
+            "numpy",
+            "torch",
+        )
+    ):
+        value = float(raw)
+        if not math.isfinite(value):
+            raise CaseFailed(f"{what} returned {show(value)}: expected a finite number")
+        return value
+    return _as_number(raw, what)  # numpy and torch numbers, and the wrong kinds' messages
 
 
 def ring_costs_cases(candidate: Callable) -> list[Case]:
@@ -1100,31 +1183,48 @@ def ring_costs_cases(candidate: Callable) -> list[Case]:
             )
             step, total, fraction = ring_costs_reference(*args)
             sends, totals, fractions = _ring_cost_mistakes(*args)
-            problems, numbers = [], []
-            for name, value, right, mistakes in (
-                ("bytes_per_step", got[0], step, sends),
-                ("bytes_forward", got[1], total, totals),
+            numbers = [_whole_number(got[i], f"{what}'s {name}") for i, name in _BYTES]
+            share = _real_number(got[2], f"{what}'s busiest_fraction")
+            problems = []
+            if numbers == [total, step] and total != step:
+                problems.append(
+                    f"bytes_per_step = {show(numbers[0])} and bytes_forward = "
+                    f"{show(numbers[1])}, expected other numbers\nLikely mistake: the two "
+                    "byte counts are swapped: return (bytes_per_step, bytes_forward, "
+                    "busiest_fraction), one step's bytes first, then the W - 1 steps'."
+                )
+                numbers = [step, total]  # named: the share is still checked
+            for (_, name), number, right, mistakes in zip(
+                _BYTES, numbers, (step, total), (sends, totals), strict=True
             ):
-                number = _whole_number(value, f"{what}'s {name}")
                 if number != right:
                     text = f"{name} = {show(number)}, expected another number"
-                    named = _named(number, right, mistakes)
-                    if named:
-                        text += f"\nLikely mistake: {named}."
-                    elif name == "bytes_forward" and number == (W - 1) * numbers[0] != total:
+                    # bytes_forward consistent with a wrong bytes_per_step: the mistake is
+                    # the step's (naming a mistake of the total would be wrong)
+                    if name == "bytes_forward" and number == (W - 1) * numbers[0] != total:
                         text += "\nHint: it is W - 1 times your bytes_per_step, the number to fix"
-                    numbers.append(number)
+                    elif named := _named(number, right, mistakes):
+                        text += f"\nLikely mistake: {named}."
                     problems.append(text)
-                else:
-                    numbers.append(number)
-            share = _as_number(got[2], f"{what}'s busiest_fraction")
             if not math.isclose(share, fraction, rel_tol=1e-6, abs_tol=0.0):
                 text = f"busiest_fraction = {share:.6g}, expected another number"
                 named = _named(share, fraction, fractions)
+                rounded = next(
+                    (places for places in range(1, 7) if share == round(fraction, places)), None
+                )
                 if named:
                     text += f"\nLikely mistake: {named}."
+                elif rounded is not None:
+                    text += (
+                        f"\nHint: it is the right share rounded to {rounded} decimals: return "
+                        "it unrounded (it is compared to a relative 1e-6; round only to print)."
+                    )
                 elif share > 1:
                     text += "\nHint: a share of the work is at most 1."
+                elif share == 0:
+                    text += (
+                        "\nHint: a share of 0: `//` rounds the quotient down to 0; divide with `/`."
+                    )
                 problems.append(text)
             if problems:
                 raise CaseFailed(f"{what}: " + "\n".join(problems))

@@ -15,12 +15,13 @@ is built to show changes the answer, so no run seed lets a mistake pass.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ._compare import expect_close, expect_grad, expect_tuple, fmt_shape, matches, unambiguous
+from ._compare import expect_close, expect_grad, expect_tuple, fmt_shape, matches
 from ._data import draw_until, randn
 from ._mistakes import says
 from ._runner import TRIVIAL, Case, CaseFailed, call_student, checker, forbid_builtins
@@ -57,11 +58,20 @@ def _merge_variant(mistake: str):
         m = torch.maximum(m_a, m_b)
         if mistake == "max of incoming":
             m = m_b
+        elif mistake == "min of maxima":  # the smaller maximum, the larger where one is empty
+            smaller = torch.minimum(m_a, m_b)
+            m = torch.where(torch.isneginf(smaller), m, smaller)
+        elif mistake == "held maximum":  # m_a, or m_b where A is empty
+            m = torch.where(torch.isneginf(m_a), m_b, m_a)
         elif mistake == "logsumexp of maxima":
             m = torch.logaddexp(m_a, m_b)
         elif mistake == "lse for max":
             m = torch.logaddexp(m_a + torch.log(l_a), m_b + torch.log(l_b))
         ref = m if mistake == "empty gives nan" else _shift(m)
+        if mistake == "exponents from zero":  # e^{m_a}, e^{m_b}: the -inf guard's 0 everywhere
+            ref = torch.zeros_like(m)
+        elif mistake == "measured from held":  # the sums measured against m_a (m_b, 0 if empty)
+            ref = _shift(torch.where(torch.isneginf(m_a), m_b, m_a))
         c_a, c_b = torch.exp(m_a - ref), torch.exp(m_b - ref)
         if mistake == "inverted":
             c_a = torch.where(torch.isneginf(m_a), 0.0, torch.exp(ref - m_a))
@@ -79,6 +89,8 @@ def _merge_variant(mistake: str):
         l, acc = la + lb, aa + ab  # noqa: E741
         if mistake == "divided":
             acc = acc / l
+        elif mistake == "normalised":  # the state returned normalised: l = 1, acc / l
+            l, acc = torch.ones_like(l), acc / l  # noqa: E741
         if mistake == "empty max zero":
             m = _shift(m)
         return m, l, acc
@@ -99,6 +111,11 @@ _MERGE_MISTAKES = [
     ("ring-merge-max-of-incoming", "max of incoming"),
     ("ring-merge-empty-nan", "empty gives nan"),
     ("ring-merge-empty-max-zero", "empty max zero"),
+    ("ring-merge-normalised", "normalised"),
+    ("ring-merge-min-of-maxima", "min of maxima"),
+    ("ring-merge-held-maximum", "held maximum"),
+    ("ring-merge-exponents-from-zero", "exponents from zero"),
+    ("ring-merge-measured-from-held", "measured from held"),
 ]
 """(mistake id, variant of `_merge_variant`), in the order they are tried."""
 
@@ -195,6 +212,11 @@ _SHOWN_BY_EVERY_DRAW = (
     "divided",
     "max of incoming",
     "logsumexp of maxima",
+    "normalised",
+    "min of maxima",
+    "held maximum",
+    "exponents from zero",
+    "measured from held",
 )
 
 
@@ -365,6 +387,8 @@ def simulated_ring_reference(query_shards, key_shards, value_shards, causal=Fals
         q = query_shards[r]
         n = q.shape[-2]
         scale = 1.0 if mistake.get("unscaled") else 1.0 / math.sqrt(q.shape[-1])
+        if mistake.get("scale") == "Dv":
+            scale = 1.0 / math.sqrt(value_shards[r].shape[-1])
         state = None
         steps = range(W)
         if mistake.get("own") == "skipped":
@@ -376,14 +400,17 @@ def simulated_ring_reference(query_shards, key_shards, value_shards, causal=Fals
         for t in steps:
             src = (r - t) % W
             label = (r + t) % W if mistake.get("source") == "reversed" else src
+            if mistake.get("source") == "step":  # the mask's offsets from the step t
+                label = t
             s = (q @ key_shards[src].transpose(-2, -1)) * scale  # (..., n, n)
             if causal:
-                if label > r and not mistake.get("future"):
+                earlier = mistake.get("skip") == "earlier"  # the past skipped, not the future
+                if (label < r if earlier else label > r) and not mistake.get("future"):
                     continue
                 rows = torch.arange(n)[:, None] + (r * n if not mistake.get("local") else 0)
                 cols = torch.arange(n)[None, :] + (label * n if not mistake.get("local") else 0)
                 hidden = cols > rows
-                if mistake.get("future") == "unmasked" and label > r:
+                if (mistake.get("future") == "unmasked" or earlier) and label > r:
                     hidden = torch.zeros_like(hidden)
                 if label == r:
                     diagonal = mistake.get("diagonal")
@@ -393,13 +420,19 @@ def simulated_ring_reference(query_shards, key_shards, value_shards, causal=Fals
                         hidden = cols >= rows
                     elif diagonal == "transposed":
                         hidden = cols < rows
+                    elif diagonal == "plus one":  # tril(1): one key of the future seen
+                        hidden = cols > rows + 1
                 s = s.masked_fill(hidden.to(s.device), -math.inf)
             block = block_state(s, value_shards[src])
+            if mistake.get("normalised"):  # each block divided by its own l before merging
+                block = (block[0], block[1], block[2] / block[1])
             state = block if state is None else merge(state, block)
         if state is None:  # no block merged: an empty state
             shape = (*q.shape[:-1], value_shards[r].shape[-1])
             state = (None, torch.zeros(*q.shape[:-1], 1, dtype=q.dtype), q.new_zeros(shape))
         outputs.append(state[2] / state[1])
+    if mistake.get("outputs") == "reversed":  # the shards returned last rank first
+        outputs = outputs[::-1]
     return outputs
 
 
@@ -414,7 +447,17 @@ def _ring_variants(qs, ks, vs, causal):
         ("ring-own-block-twice", variant(own="twice")),
         ("ring-last-block-missing", variant(steps="W - 1")),
         ("scale-missing", variant(unscaled=True)),
+        ("ring-scale-dv", variant(scale="Dv")),
+        ("ring-outputs-reversed", variant(outputs="reversed")),
+        ("ring-blocks-normalised", variant(normalised=True)),
     ]
+    if not causal:
+        found.append(
+            (
+                "ring-causal-always",
+                lambda: torch.cat(simulated_ring_reference(qs, ks, vs, True), dim=-2),
+            )
+        )
     if causal:
         found = [
             (
@@ -428,9 +471,52 @@ def _ring_variants(qs, ks, vs, causal):
             ("ring-diagonal-unmasked", variant(diagonal="unmasked")),
             ("causal-mask-hides-diagonal", variant(diagonal="hidden")),
             ("causal-mask-inverted", variant(diagonal="transposed")),
+            ("ring-diagonal-plus-one", variant(diagonal="plus one")),
+            ("ring-earlier-blocks-skipped", variant(skip="earlier")),
+            ("ring-mask-from-step", variant(source="step")),
             *found,
         ]
     return found + [(mistake, variant(merge=name)) for mistake, name in _MERGE_MISTAKES]
+
+
+def one_of(mistakes, expected: torch.Tensor):
+    """The known mistakes, those that give the same output on this case named together:
+    "one of several mistakes ...: A; or B" (at W = 1 a ring that ignores causal=True and
+    one that leaves its own block unmasked are the same ring; naming one would be a guess).
+    A mistake that gives the right answer here is dropped."""
+    outputs = []
+    for description, compute in mistakes:
+        try:
+            out = compute()
+        except Exception:  # noqa: BLE001 - a mistake that cannot be computed does not match
+            continue
+        if not isinstance(out, torch.Tensor):
+            continue
+        out = out.detach().cpu()
+        if out.shape == expected.shape and matches(expected, out, 1e-12, 1e-9):
+            continue
+        outputs.append((description, out))
+    kept, seen = [], set()
+    for index, (description, out) in enumerate(outputs):
+        if index in seen:
+            continue
+        twins = [description]
+        for other_index, (other, value) in enumerate(outputs):
+            if (
+                other_index > index
+                and value.shape == out.shape
+                and matches(out, value, 1e-12, 1e-9)
+            ):
+                seen.add(other_index)
+                if other not in twins:
+                    twins.append(other)
+        if len(twins) > 1:
+            clauses = "; or ".join(text.split(": ")[0] for text in twins)
+            description = (
+                "one of several mistakes that all give your values on this case: " + clauses
+            )
+        kept.append((description, lambda out=out: out))
+    return kept
 
 
 def _ring_mistakes(qs, ks, vs, causal):
@@ -548,6 +634,7 @@ def _ring_case(
                 **({"causal": True} if causal else {}),
                 what=what,
                 arg_names=("query_shards", "key_shards", "value_shards"),
+                error_hint=_axes_hint(batch),
             )
         for name, before, after in zip(("query", "key", "value"), shards, given, strict=True):
             if len(after) != len(before) or any(x is not y for x, y in zip(before, after)):
@@ -562,8 +649,8 @@ def _ring_case(
         with torch.no_grad():
             pieces = (list(x.detach().split(n, dim=-2)) for x in (q, k, v))
             # two mistakes that give the same output here (at W = 1 an unmasked own block
-            # is a ring without the mask) name neither
-            mistakes = unambiguous(_ring_mistakes(*pieces, causal), want.detach())
+            # is a ring without the mask) are named together, "one of"
+            mistakes = one_of(_ring_mistakes(*pieces, causal), want.detach())
         gathered = outputs if isinstance(outputs, torch.Tensor) else torch.cat(outputs, dim=-2)
         expect_close(
             gathered,
@@ -587,6 +674,25 @@ def _ring_case(
                 expect_grad(a.grad, b.grad, name + " shards")
 
     return run
+
+
+def _axes_hint(batch):
+    """For shards with fewer than two leading axes: a ring that fails on them has most
+    likely hard-coded the axes of (B, H, n, D) shards."""
+    if len(batch) >= 2:
+        return None
+    shape = "(n, D)" if not batch else "(B, n, D)"
+
+    def hint(text: str) -> str | None:
+        if not re.search(r"dim|out of range|index|size|shape", text, re.IGNORECASE):
+            return None
+        return (
+            f"the shards here are {shape}, with {len(batch) or 'no'} leading "
+            f"{'axis' if len(batch) == 1 else 'axes'}: use axes -2/-1 (`k.transpose(-2, -1)`, "
+            "`q.shape[-2]`, `q.shape[-1]`), not 2 and 3, which only (B, H, n, D) shards have"
+        )
+
+    return hint
 
 
 _NO_NUMPY = (
@@ -702,14 +808,14 @@ def check_simulated_ring_attention(candidate) -> list[Case]:
             covers=frozenset({"W=4", "causal"}),
         ),
         Case(
-            "W = 4, not causal, n = 3, Dk = 3, Dv = 2",
-            _ring_case(candidate, 4, (2, 1), 3, 3, 2, 2431),
-            covers=frozenset({"W=4", "Dk!=Dv"}),
+            "W = 4, not causal, shards (n, D) with no batch axes, n = 3, Dk = 3, Dv = 2",
+            _ring_case(candidate, 4, (), 3, 3, 2, 2431),
+            covers=frozenset({"W=4", "Dk!=Dv", "no batch axes"}),
         ),
         Case(
-            "W = 2, causal, n = 4",
-            _ring_case(candidate, 2, (2, 2), 4, 4, 4, 2441, causal=True),
-            covers=frozenset({"W=2", "causal"}),
+            "W = 2, causal, shards (B, n, D) with one batch axis, B = 3, n = 4",
+            _ring_case(candidate, 2, (3,), 4, 4, 4, 2441, causal=True),
+            covers=frozenset({"W=2", "causal", "one batch axis"}),
         ),
         Case(
             "W = 1: one rank, causal (the ring is chapter 5's masked attention)",

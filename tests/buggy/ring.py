@@ -98,6 +98,48 @@ def merge_inverted(state_a, state_b):
     return m, c_a * l_a + c_b * l_b, c_a * acc_a + c_b * acc_b
 
 
+def merge_normalised_l_one(state_a, state_b):
+    """Returns the normalised state: l = 1, acc the output acc / l."""
+    m, l, acc = reference_merge(state_a, state_b)  # noqa: E741
+    return m, torch.ones_like(l), acc / l
+
+
+def _measured_from(m, ref, state_a, state_b):
+    """m returned, the sums measured against ``ref`` (-inf read as 0)."""
+    (m_a, l_a, acc_a), (m_b, l_b, acc_b) = state_a, state_b
+    ref = _zero_where_empty(ref)
+    c_a, c_b = torch.exp(m_a - ref), torch.exp(m_b - ref)
+    return m, c_a * l_a + c_b * l_b, c_a * acc_a + c_b * acc_b
+
+
+def merge_min_of_maxima(state_a, state_b):
+    """m = the smaller maximum (the larger where one block is empty), the sums consistent
+    with it."""
+    (m_a, _, _), (m_b, _, _) = state_a, state_b
+    smaller = torch.minimum(m_a, m_b)
+    m = torch.where(torch.isneginf(smaller), torch.maximum(m_a, m_b), smaller)
+    return _measured_from(m, m, state_a, state_b)
+
+
+def merge_keeps_held_maximum(state_a, state_b):
+    """m = m_a (m_b where A is empty), the sums consistent with it."""
+    m = torch.where(torch.isneginf(state_a[0]), state_b[0], state_a[0])
+    return _measured_from(m, m, state_a, state_b)
+
+
+def merge_exponents_from_zero(state_a, state_b):
+    """The -inf guard's 0 used for every row: factors e^{m_a}, e^{m_b}."""
+    m = torch.maximum(state_a[0], state_b[0])
+    return _measured_from(m, torch.zeros_like(m), state_a, state_b)
+
+
+def merge_measured_from_held(state_a, state_b):
+    """m = max(m_a, m_b), but l and acc measured against m_a (m_b where A is empty)."""
+    m = torch.maximum(state_a[0], state_b[0])
+    ref = torch.where(torch.isneginf(state_a[0]), state_b[0], state_a[0])
+    return _measured_from(m, ref, state_a, state_b)
+
+
 def merge_squeezed(state_a, state_b):
     """m and l returned without their last axis of size 1."""
     m, l, acc = reference_merge(state_a, state_b)  # noqa: E741
@@ -113,6 +155,8 @@ def _ring(query_shards, key_shards, value_shards, causal=False, merge=reference_
     outputs = []
     for r in range(W):
         scale = 1.0 if bug.get("unscaled") else 1.0 / math.sqrt(query_shards[r].shape[-1])
+        if bug.get("scale_dv"):
+            scale = 1.0 / math.sqrt(value_shards[r].shape[-1])
         q = query_shards[r] * scale
         n = q.shape[-2]
         state = None
@@ -126,23 +170,30 @@ def _ring(query_shards, key_shards, value_shards, causal=False, merge=reference_
         for t in steps:
             src = (r + t) % W if bug.get("reversed") else (r - t) % W
             got = (r - t) % W  # the block actually held
-            if causal and src > r and not bug.get("no_skip"):
+            if bug.get("mask_step"):  # the mask's offsets from the step, nothing skipped
+                src = t
+            later = src < r if bug.get("skip_earlier") else src > r
+            if causal and later and not bug.get("no_skip") and not bug.get("mask_step"):
                 continue
             s = q @ key_shards[got].transpose(-2, -1)
             if causal:
                 i = torch.arange(n)[:, None] + (0 if bug.get("local") else r * n)
                 j = torch.arange(n)[None, :] + (0 if bug.get("local") else src * n)
                 hidden = j > i
-                if bug.get("no_skip") == "unmasked" and src > r:
+                if (bug.get("no_skip") == "unmasked" or bug.get("skip_earlier")) and src > r:
                     hidden = torch.zeros_like(hidden)
                 if src == r and bug.get("diagonal") == "none":
                     hidden = torch.zeros_like(hidden)
                 elif src == r and bug.get("diagonal") == "hidden":
                     hidden = j >= i
+                elif src == r and bug.get("diagonal") == "plus one":
+                    hidden = torch.ones(n, n, dtype=torch.bool).tril(1).logical_not()
                 s = s.masked_fill(hidden, -math.inf)
             m = s.amax(dim=-1, keepdim=True)
             p = torch.exp(s - _zero_where_empty(m))
             block = (m, p.sum(dim=-1, keepdim=True), p @ value_shards[got])
+            if bug.get("normalise_blocks"):
+                block = (block[0], block[1], block[2] / block[1])
             state = block if state is None else merge(state, block)
         outputs.append(state[2] / state[1])
     return outputs
@@ -245,6 +296,72 @@ def ring_causal_ignored(query_shards, key_shards, value_shards, causal=False):
     return _ring(query_shards, key_shards, value_shards, False)
 
 
+def ring_four_d_only(query_shards, key_shards, value_shards, causal=False):
+    """Right on (B, H, n, D) shards only: axes 2 and 3 hard-coded, so (n, D) and
+    (B, n, D) shards raise IndexError."""
+    W = len(query_shards)
+    outputs = []
+    for r in range(W):
+        q = query_shards[r]
+        n = q.size(2)
+        state = None
+        for t in range(W):
+            src = (r - t) % W
+            if causal and src > r:
+                continue
+            s = q @ key_shards[src].transpose(2, 3) / math.sqrt(q.size(3))
+            if causal and src == r:
+                s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), -math.inf)
+            m = s.amax(-1, keepdim=True)
+            p = torch.exp(s - m)
+            block = (m, p.sum(-1, keepdim=True), p @ value_shards[src])
+            state = block if state is None else reference_merge(state, block)
+        outputs.append(state[2] / state[1])
+    return outputs
+
+
+def ring_diagonal_plus_one(query_shards, key_shards, value_shards, causal=False):
+    """The own block masked with `tril(1)`: query i sees key i + 1."""
+    return _ring(query_shards, key_shards, value_shards, causal, diagonal="plus one")
+
+
+def ring_skips_earlier(query_shards, key_shards, value_shards, causal=False):
+    """Skips the blocks of earlier ranks and keeps the later ones, unmasked."""
+    return _ring(query_shards, key_shards, value_shards, causal, skip_earlier=True)
+
+
+def ring_mask_from_step(query_shards, key_shards, value_shards, causal=False):
+    """The causal mask's key positions from the step t (tn + j), not the source rank."""
+    return _ring(query_shards, key_shards, value_shards, causal, mask_step=True)
+
+
+def ring_causal_always(query_shards, key_shards, value_shards, causal=False):
+    """causal=False gives the causal ring too."""
+    return _ring(query_shards, key_shards, value_shards, True)
+
+
+def ring_scale_dv(query_shards, key_shards, value_shards, causal=False):
+    """Scale 1/sqrt(Dv) instead of 1/sqrt(Dk)."""
+    return _ring(query_shards, key_shards, value_shards, causal, scale_dv=True)
+
+
+def ring_outputs_reversed(query_shards, key_shards, value_shards, causal=False):
+    """The output shards returned last rank first."""
+    return _ring(query_shards, key_shards, value_shards, causal)[::-1]
+
+
+def ring_blocks_normalised(query_shards, key_shards, value_shards, causal=False):
+    """Each block's acc divided by its l before the merge."""
+    return _ring(query_shards, key_shards, value_shards, causal, normalise_blocks=True)
+
+
+def ring_one_rank_not_causal(query_shards, key_shards, value_shards, causal=False):
+    """Right for W >= 2; at W = 1 it special-cases the ring and forgets causal."""
+    if len(query_shards) == 1:
+        return _ring(query_shards, key_shards, value_shards, False)
+    return _ring(query_shards, key_shards, value_shards, causal)
+
+
 def ring_gathered(query_shards, key_shards, value_shards, causal=False):
     """Right values from the whole sequence: the shards gathered, T x T scores, one
     softmax; not a ring."""
@@ -306,6 +423,21 @@ CATALOGUE = [
     ("merge_partials", "NaN on empty rows", merge_nan_on_empty, "ring-merge-empty-nan"),
     ("merge_partials", "inverted", merge_inverted, "ring-merge-rescale-inverted"),
     ("merge_partials", "squeezed", merge_squeezed, None),
+    ("merge_partials", "normalised, l = 1", merge_normalised_l_one, "ring-merge-normalised"),
+    ("merge_partials", "min of maxima", merge_min_of_maxima, "ring-merge-min-of-maxima"),
+    ("merge_partials", "keeps m_a", merge_keeps_held_maximum, "ring-merge-held-maximum"),
+    (
+        "merge_partials",
+        "exponents from zero",
+        merge_exponents_from_zero,
+        "ring-merge-exponents-from-zero",
+    ),
+    (
+        "merge_partials",
+        "measured from m_a",
+        merge_measured_from_held,
+        "ring-merge-measured-from-held",
+    ),
     (
         "simulated_ring_attention",
         "new max only",
@@ -350,4 +482,33 @@ CATALOGUE = [
     ("simulated_ring_attention", "causal ignored", ring_causal_ignored, "ring-causal-ignored"),
     ("simulated_ring_attention", "gathered", ring_gathered, "ring-holds-more-than-a-tile"),
     ("simulated_ring_attention", "rotates the lists", ring_rotates_caller_lists, None),
+    ("simulated_ring_attention", "axes 2 and 3", ring_four_d_only, None),
+    (
+        "simulated_ring_attention",
+        "diagonal plus one",
+        ring_diagonal_plus_one,
+        "ring-diagonal-plus-one",
+    ),
+    (
+        "simulated_ring_attention",
+        "earlier skipped",
+        ring_skips_earlier,
+        "ring-earlier-blocks-skipped",
+    ),
+    ("simulated_ring_attention", "mask from step", ring_mask_from_step, "ring-mask-from-step"),
+    ("simulated_ring_attention", "causal always", ring_causal_always, "ring-causal-always"),
+    ("simulated_ring_attention", "scale 1/sqrt(Dv)", ring_scale_dv, "ring-scale-dv"),
+    (
+        "simulated_ring_attention",
+        "outputs reversed",
+        ring_outputs_reversed,
+        "ring-outputs-reversed",
+    ),
+    (
+        "simulated_ring_attention",
+        "blocks normalised",
+        ring_blocks_normalised,
+        "ring-blocks-normalised",
+    ),
+    ("simulated_ring_attention", "W = 1 not causal", ring_one_rank_not_causal, None),
 ]

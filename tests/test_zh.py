@@ -28,6 +28,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -343,3 +344,172 @@ def test_the_glossary_gives_the_terminology():
     assert table["LayerNorm"] == ("层归一化",) or "层归一化" in table["LayerNorm"]
     assert "softmax" in table["softmax"] and "归一化指数函数" in table["softmax"]
     assert table["attention scores"] == ("注意力分数",)
+
+
+# ---------------------------------------------------------------------------------------
+# The grader grades the Chinese exercises like the English ones
+
+
+EXERCISES_ZH = sorted((ROOT / "exercises" / "zh").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _nbgrader_id(cell) -> str | None:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+def _grader_view(nb, path: Path) -> dict:
+    """What the grader reads of a submission before it runs a cell: the exercise and its
+    released tasks (ids, kinds, points, cells) with the notes on the notebook's own list,
+    the notebook's own task list, the code cells it runs (place, id, nbgrader metadata,
+    source), each task's solution and check cell, the given cells, what the static scan
+    finds, each task's allowed names and the cells its solution uses."""
+    from attention_course.grading import grade as grading
+    from attention_course.grading.cheats import (
+        allowed_names,
+        dependencies,
+        scan_notebook,
+    )
+    from attention_course.grading.release import released_given
+
+    exercise, tasks, notes = grading.tasks_to_grade(nb, path)
+    given = released_given().get(exercise)
+    cell_index = {_nbgrader_id(c): i for i, c in enumerate(nb.cells)}
+    cell_index.pop(None, None)
+    return {
+        "exercise": exercise,
+        "tasks": tasks,
+        "notes": notes,
+        "own_tasks": grading.find_tasks(nb),
+        "code_cells": [
+            (i, c.get("id"), c.get("metadata", {}).get("nbgrader"), c.source)
+            for i, c in enumerate(nb.cells)
+            if c.cell_type == "code"
+        ],
+        "task_cells": {
+            t["id"]: (cell_index.get(t.get("solution_cell")), cell_index.get(t.get("check_cell")))
+            for t in tasks
+        },
+        "given_cells": sorted(grading._given_cells(nb, given)),
+        "findings": {
+            k: [f.message() for f in v] for k, v in scan_notebook(nb, tasks, given).items()
+        },
+        "allowed": {t["id"]: allowed_names(nb, t, given) for t in tasks},
+        "dependencies": {k: sorted(v) for k, v in dependencies(nb, tasks).items()},
+    }
+
+
+def _english_student_copy(zh_path: Path) -> Path:
+    return ROOT / "exercises" / zh_path.name
+
+
+def test_every_chinese_exercise_is_graded():
+    assert [p.name for p in EXERCISES_ZH] == [p.name for p in zh.exercise_sources()]
+
+
+@pytest.mark.parametrize("path", EXERCISES_ZH, ids=lambda p: p.stem)
+def test_the_grader_sees_a_chinese_exercise_as_the_english(path):
+    english = _english_student_copy(path)
+    theirs = _grader_view(nbformat.read(english, as_version=4), english)
+    assert theirs["tasks"] and theirs["notes"] == [], theirs["notes"]
+    assert all(None not in cells for cells in theirs["task_cells"].values())
+    ours = _grader_view(nbformat.read(path, as_version=4), path)
+    for key in theirs:
+        assert ours[key] == theirs[key], f"{path.relative_to(ROOT)}: the grader's {key} differ"
+
+
+def test_the_graders_view_fails_for_a_chinese_exercise_that_lost_or_changed_a_task():
+    path = ROOT / "exercises" / "zh" / "05_masking.ipynb"
+    english = _english_student_copy(path)
+    theirs = _grader_view(nbformat.read(english, as_version=4), english)
+    nb = nbformat.read(path, as_version=4)
+    # the Markdown (the translation) is not part of the grader's view
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = "# 改写的说明\n"
+    assert _grader_view(nb, path) == theirs
+
+    def differ(change) -> list[str]:
+        copy_ = nbformat.read(path, as_version=4)
+        change(copy_)
+        ours = _grader_view(copy_, path)
+        return [key for key in theirs if ours[key] != theirs[key]]
+
+    def drop(grade_id):
+        return lambda nb: nb.cells.remove(next(c for c in nb.cells if _nbgrader_id(c) == grade_id))
+
+    def check_points(nb):
+        cell = next(c for c in nb.cells if _nbgrader_id(c) == "check_padding_mask")
+        cell.metadata["nbgrader"]["points"] = 3
+
+    def listed_points(nb):
+        nb.metadata["attention_course"]["tasks"][1]["points"] = 3
+
+    def translated_code(nb):
+        cell = next(c for c in nb.cells if _nbgrader_id(c) == "causal_mask")
+        cell.source = cell.source.replace("def causal_mask", "def 因果掩码")
+
+    removed = differ(drop("check_padding_mask"))
+    assert {"code_cells", "task_cells"} <= set(removed), removed
+    assert "task_cells" in differ(drop("padding_mask"))
+    assert "code_cells" in differ(check_points)
+    assert {"own_tasks", "notes"} <= set(differ(listed_points))
+    assert "code_cells" in differ(translated_code)
+
+
+def _filled_from_the_solved_twin(zh_path: Path, folder: Path) -> Path:
+    """The Chinese student copy with each solution cell's source taken from the English
+    solved twin's cell of the same nbgrader ``grade_id`` (as the English tests fill one)."""
+    solved = nbformat.read(ROOT / "exercises" / "solutions" / zh_path.name, as_version=4)
+    solutions = {
+        _nbgrader_id(c): c.source
+        for c in solved.cells
+        if c.get("metadata", {}).get("nbgrader", {}).get("solution")
+    }
+    nb = nbformat.read(zh_path, as_version=4)
+    filled = set()
+    for cell in nb.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+            cell.source = solutions[_nbgrader_id(cell)]
+            filled.add(_nbgrader_id(cell))
+    assert filled == set(solutions), (filled, set(solutions))
+    out = folder / zh_path.name
+    nbformat.write(nb, out)
+    return out
+
+
+GRADED_ZH = ["05_masking", "22_linear_attention"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", GRADED_ZH)
+def test_the_grader_grades_a_chinese_exercise_like_the_english(name, tmp_path, monkeypatch):
+    """The committed Chinese student copy scores 0, every task "not implemented"; filled
+    from the English solved twin it scores full marks, task by task, with the English
+    points (a kernel each, in the grader's sandbox)."""
+    pytest.importorskip("nbclient")
+    from attention_course.grading import grade as grading
+
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    path = ROOT / "exercises" / "zh" / f"{name}.ipynb"
+    solved = nbformat.read(ROOT / "exercises" / "solutions" / f"{name}.ipynb", as_version=4)
+    english = [(t["id"], t["kind"], t["points"]) for t in solved.metadata.attention_course.tasks]
+    assert english
+
+    unsolved = grading.grade_notebook(path)
+    assert unsolved.exercise == name
+    assert [(t.id, t.kind, t.points) for t in unsolved.tasks] == english
+    assert unsolved.score == 0 and not unsolved.passed, unsolved.table()
+    assert all("not implemented" in t.reason for t in unsolved.tasks), unsolved.table()
+    assert unsolved.to_dict()["cell_problems"] == [], unsolved.table()
+
+    filled = _filled_from_the_solved_twin(path, tmp_path)
+    markdown = "".join(
+        c.source for c in nbformat.read(filled, 4).cells if c.cell_type == "markdown"
+    )
+    assert re.search(r"[\u4e00-\u9fff]", markdown)  # still the Chinese notebook
+    full = grading.grade_notebook(filled)
+    assert [(t.id, t.kind, t.points, t.score) for t in full.tasks] == [
+        (i, k, p, p) for i, k, p in english
+    ], full.table()
+    assert full.passed and full.score == full.max_score == sum(p for *_, p in english)
+    assert full.to_dict()["cell_problems"] == [] and full.notes == [], full.table()

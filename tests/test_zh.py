@@ -501,6 +501,7 @@ def test_the_grader_grades_a_chinese_exercise_like_the_english(name, tmp_path, m
     assert unsolved.score == 0 and not unsolved.passed, unsolved.table()
     assert all("not implemented" in t.reason for t in unsolved.tasks), unsolved.table()
     assert unsolved.to_dict()["cell_problems"] == [], unsolved.table()
+    assert all(t.notes == [] for t in unsolved.tasks), unsolved.table()  # no cell deleted
 
     filled = _filled_from_the_solved_twin(path, tmp_path)
     markdown = "".join(
@@ -512,4 +513,8 @@ def test_the_grader_grades_a_chinese_exercise_like_the_english(name, tmp_path, m
         (i, k, p, p) for i, k, p in english
     ], full.table()
     assert full.passed and full.score == full.max_score == sum(p for *_, p in english)
-    assert full.to_dict()["cell_problems"] == [] and full.notes == [], full.table()
+    assert full.to_dict()["cell_problems"] == [], full.table()
+    assert all(t.notes == [] and t.findings == [] for t in full.tasks), full.table()
+    # the only note allowed: exercise 05's given cell that prints `ac.causal_mask(4)`,
+    # absent in the sandbox (the English solved twin gets it too)
+    assert all("nothing to do for the student" in n for n in full.notes), full.table()

@@ -127,6 +127,20 @@ CONCEPTS: dict[str, str] = {
     "load_balancing_loss": "The balancing loss is E * sum_e f_e P_e: f_e the fraction of "
     "tokens with e among their top-k choices, P_e the mean router probability of e over the "
     "tokens.",
+    "linear_attention": "Linear attention replaces exp(q . k) by phi(q) . phi(k), phi = elu + 1: "
+    "with the running state S_i = sum_{j<=i} phi(k_j) v_j^T and normaliser z_i = sum_{j<=i} "
+    "phi(k_j), out_i = phi(q_i)^T S_i / phi(q_i)^T z_i, token i included; not causal, the sums "
+    "run over every key.",
+    "gated_delta_rule": "The gated delta rule decays the state, then writes only the correction: "
+    "S_t = a_t S_{t-1} + beta_t k_t (v_t - a_t S_{t-1}^T k_t)^T with a_t = e^{g_t}, and reads "
+    "o_t = S_t^T q_t / sqrt(Dk) after the update.",
+    "merge_partials": "Two partial states (m, l, acc), each measured against its own maximum, "
+    "merge against the larger one, m = max(m_a, m_b): l = e^{m_a - m} l_a + e^{m_b - m} l_b, "
+    "acc the same way; the output is acc / l.",
+    "simulated_ring_attention": "In ring attention each rank keeps its query shard while the "
+    "key/value shards travel around the ring: at each of the W steps a rank scores one block "
+    "(masked by global positions when causal, later blocks skipped) and merges it into its "
+    "running (m, l, acc) state; at the end it divides acc by l.",
 }
 
 # Mistakes with hand-written tiers: (a regular expression on the named mistake, the

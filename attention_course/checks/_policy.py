@@ -25,7 +25,6 @@ cells to scan and the policy is the grader's alone.
 
 from __future__ import annotations
 
-import ast
 import sys
 from collections.abc import Sequence
 from types import SimpleNamespace
@@ -85,12 +84,12 @@ def _given(target: str) -> dict | None:
 
 def _last_binding(cells: Sequence[str], name: str) -> int | None:
     """The index of the last cell whose top-level statements bind ``name``."""
-    from ._scan import _bound_names, _source
+    from ._scan import _bound_names, _source, parse
 
     found = None
     for index, source in enumerate(cells):
         try:
-            tree = ast.parse(_source({"source": source}))
+            tree = parse(_source({"source": source}))
         except (SyntaxError, ValueError):
             continue
         if any(name in _bound_names(node) for node in tree.body):

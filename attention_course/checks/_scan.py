@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -131,6 +132,19 @@ class Finding:
 # ---------------------------------------------------------------- static scan
 
 
+_PARSE = threading.Lock()
+
+
+def parse(source: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse``, one thread at a time, for every parse the checks and the grader make:
+    Python 3.11 keeps the AST conversion's recursion depth per interpreter, and two grading
+    threads (``--jobs 2``) parsing at once can fail with "SystemError: AST constructor
+    recursion depth mismatch" (seen in a CI rehearsal: the static scan parsed while another
+    thread's grader parsed)."""
+    with _PARSE:
+        return ast.parse(source, filename=filename)
+
+
 def _source(cell: Any) -> str:
     """A code cell's source with IPython magics and shell lines blanked (same lines)."""
     lines = []
@@ -187,7 +201,7 @@ class _Notebook:
                 continue
             source = _source(cell)
             try:
-                tree = ast.parse(source)
+                tree = parse(source)
             except (SyntaxError, ValueError):
                 continue
             self.trees[index] = tree

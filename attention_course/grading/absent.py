@@ -148,15 +148,17 @@ def cls(module, qualname, name, gives):
 
 # ---------------------------------------------------------------- reading the package
 
-_PARSE = threading.Lock()
+
+_PARSE = threading.Lock()  # this module's caches and builds (parsing has its own lock)
 
 
 def parse(source: str, filename: str = "<unknown>") -> ast.Module:
     """``ast.parse``, one thread at a time: Python 3.11 keeps the AST conversion's
     recursion depth per interpreter, and two grading threads (``--jobs 2``) parsing at
     once can fail with "SystemError: AST constructor recursion depth mismatch"."""
-    with _PARSE:
-        return ast.parse(source, filename=filename)
+    from ..checks._scan import parse as locked_parse  # one lock for every parse
+
+    return locked_parse(source, filename=filename)
 
 
 @dataclass
